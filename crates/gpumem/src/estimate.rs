@@ -1,0 +1,498 @@
+//! Scenario → per-GPU peak: model states, then the step replayed stretch by stretch.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::arch::Architecture;
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::gpu::CUDA_CONTEXT_BYTES;
+use crate::graph::{Builder, Ctx};
+use crate::precision::Optimizer;
+use crate::scenario::{Finetune, Mode, Model, Recompute, Scenario};
+use crate::tape::{self, Bytes, Cat, Profile};
+
+/// A point of the step's memory timeline.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Point {
+    pub phase: String,
+    pub bytes: u64,
+}
+
+/// What the engine predicts for one GPU.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Estimate {
+    pub model: String,
+    pub params: u64,
+    pub trainable_params: u64,
+    /// Parameters used per token (MoE: routed experts count top-k of all).
+    pub active_params: u64,
+    /// Predicted `torch.cuda.max_memory_allocated()` for one step.
+    pub peak_bytes: u64,
+    pub peak_phase: String,
+    /// Bytes by component at the peak (they add up to `peak_bytes`).
+    pub components: BTreeMap<String, u64>,
+    /// Weights + master weights + gradients + optimizer states on this GPU.
+    pub model_states_bytes: u64,
+    pub weights_bytes: u64,
+    pub master_weights_bytes: u64,
+    pub gradients_bytes: u64,
+    pub optimizer_states_bytes: u64,
+    /// Inference: the KV cache at the end of generation.
+    pub kv_cache_bytes: u64,
+    /// What the caching allocator is expected to reserve beyond the peak (fragmentation).
+    pub allocator_reserve_bytes: u64,
+    /// The CUDA context (outside PyTorch's allocator; nvidia-smi counts it).
+    pub cuda_context_bytes: u64,
+    /// Expected nvidia-smi reading: peak + allocator reserve + CUDA context.
+    pub device_bytes: u64,
+    pub gpu: String,
+    pub capacity_bytes: u64,
+    /// Whether the device can give what the step needs (context and reserve included).
+    pub fits: bool,
+    /// capacity − device_bytes (negative: over by that much).
+    pub headroom_bytes: i64,
+    pub timeline: Vec<Point>,
+    /// What is approximated or not modelled for this scenario.
+    pub notes: Vec<String>,
+}
+
+/// The fragmentation the caching allocator adds on top of the peak, as a fraction: the
+/// median of `peak_reserved / peak_step − 1` over the calibration runs (7 %, spread 1–20 %).
+pub const ALLOCATOR_RESERVE_FRACTION: f64 = 0.07;
+
+const COMPONENTS: [&str; 5] = ["activations", "logits", "weight_copies", "gradients", "temporaries"];
+
+/// Estimate a scenario.
+pub fn estimate(s: &Scenario) -> Result<Estimate> {
+    let mut notes = Vec::new();
+    let (name, arch) = match &s.model {
+        Model::Arch { name, arch } => (name.clone(), Some(arch)),
+        Model::Params(n) => (format!("{n} parameters"), None),
+    };
+    let states = ModelStates::new(s, arch);
+    let dp = s.parallel.dp as f64;
+    let zero = s.parallel.zero;
+    let shard = |on: bool, b: f64| if on && dp > 1.0 { b / dp } else { b };
+    let weights = shard(zero >= 3, states.weights);
+    let master = shard(zero >= 1, states.master);
+    let optim = shard(zero >= 1, states.optimizer);
+    let grads_full = states.grads;
+    let grads = shard(zero >= 2, grads_full);
+    if dp > 1.0 {
+        notes.push(format!(
+            "data parallel over {dp} GPUs with ZeRO-{zero}: persistent states sharded; communication buffers (all-gather, reduce buckets) are not modelled yet"
+        ));
+    }
+    let train = s.mode == Mode::Train;
+    let base = weights + master + optim;
+
+    let mut timeline = Vec::new();
+    let mut kv_cache_bytes = 0u64;
+    let (peak, phase, at_peak) = match arch {
+        None => {
+            notes.push("only a parameter count was given: activations, logits and the KV cache are not modelled".into());
+            let total = if train { base + grads } else { weights };
+            timeline.push(Point { phase: "model states".into(), bytes: total as u64 });
+            (total, "model states".to_string(), Bytes::of(Cat::Gradients, if train { grads } else { 0.0 }))
+        }
+        Some(a) => {
+            if a.mla.is_some() {
+                notes.push("DeepSeek MLA: the KV cache is counted as transformers stores it (decompressed per-head keys and values), not as a latent cache".into());
+            }
+            if a.moe.is_some() {
+                notes.push("MoE: tokens are assumed evenly routed; experts run as transformers' eager loop".into());
+            }
+            if train {
+                let r = train_step(s, a, base, grads, grads_full, &mut timeline);
+                (r.0, r.1, r.2)
+            } else {
+                let (p, ph, kv, at) = inference(s, a, weights, &mut timeline);
+                kv_cache_bytes = kv as u64;
+                (p, ph, at)
+            }
+        }
+    };
+
+    let mut components = BTreeMap::new();
+    components.insert("weights".to_string(), weights.round() as u64);
+    if train {
+        components.insert("master_weights".to_string(), master.round() as u64);
+        components.insert("optimizer_states".to_string(), optim.round() as u64);
+    }
+    for (i, n) in COMPONENTS.iter().enumerate() {
+        let v = at_peak.0[i].max(0.0);
+        if v > 0.0 || *n == "activations" {
+            components.insert(n.to_string(), v.round() as u64);
+        }
+    }
+    if !train {
+        let kv_at_peak = (peak - weights - at_peak.total()).max(0.0);
+        components.insert("kv_cache".to_string(), kv_at_peak.round() as u64);
+    }
+    let peak_bytes: u64 = components.values().sum();
+    let reserve = (peak_bytes as f64 * ALLOCATOR_RESERVE_FRACTION / 2097152.0).ceil() as u64 * 2097152;
+    let device = peak_bytes + reserve + CUDA_CONTEXT_BYTES;
+    let headroom = s.capacity_bytes as i64 - device as i64;
+    let p = match arch {
+        Some(a) => a.params(),
+        None => Default::default(),
+    };
+    let params = match &s.model {
+        Model::Params(n) => *n,
+        _ => p.total,
+    };
+    Ok(Estimate {
+        model: name,
+        params,
+        trainable_params: states.trainable_params,
+        active_params: if arch.is_some() { p.active } else { params },
+        peak_bytes,
+        peak_phase: phase,
+        components,
+        model_states_bytes: (weights + master + optim + if train { grads } else { 0.0 }).round() as u64,
+        weights_bytes: weights.round() as u64,
+        master_weights_bytes: master.round() as u64,
+        gradients_bytes: if train { grads.round() as u64 } else { 0 },
+        optimizer_states_bytes: optim.round() as u64,
+        kv_cache_bytes,
+        allocator_reserve_bytes: reserve,
+        cuda_context_bytes: CUDA_CONTEXT_BYTES,
+        device_bytes: device,
+        gpu: s.gpu_name.clone(),
+        capacity_bytes: s.capacity_bytes,
+        fits: headroom >= 0,
+        headroom_bytes: headroom,
+        timeline,
+        notes,
+    })
+}
+
+/// Persistent bytes, unsharded.
+struct ModelStates {
+    weights: f64,
+    master: f64,
+    grads: f64,
+    optimizer: f64,
+    trainable_params: u64,
+}
+
+impl ModelStates {
+    fn new(s: &Scenario, arch: Option<&Architecture>) -> ModelStates {
+        let p = &s.precision;
+        let train = s.mode == Mode::Train;
+        let opt = s.optimizer;
+        match (arch, &s.finetune) {
+            (None, _) | (Some(_), Finetune::Full) => {
+                let (n, tensors) = match arch {
+                    Some(a) => (a.params().total, param_tensors(a)),
+                    // A bare count: one big matrix (optimizer state counted per element).
+                    None => {
+                        let n = match &s.model {
+                            Model::Params(n) => *n,
+                            _ => 0,
+                        };
+                        (n, vec![(1, n, 1)])
+                    }
+                };
+                let nf = n as f64;
+                let state_dtype = p.optimizer;
+                let optimizer: f64 = tensors
+                    .iter()
+                    .map(|&(k, r, c)| k as f64 * opt.state_bytes(r, c, state_dtype))
+                    .sum();
+                let weights = if p.weights.is_float_compute() || arch.is_none() {
+                    nf * p.weights.bytes()
+                } else {
+                    quantized_weights(arch.expect("arch"), p.weights, p.compute())
+                };
+                ModelStates {
+                    weights,
+                    master: if train { p.master.map_or(0.0, |m| nf * m.bytes()) } else { 0.0 },
+                    grads: if train { nf * p.grads.bytes() } else { 0.0 },
+                    optimizer: if train { optimizer } else { 0.0 },
+                    trainable_params: if train { n } else { 0 },
+                }
+            }
+            (Some(a), Finetune::Lora(l)) => {
+                let adapters = lora_params(a, &l.targets, l.rank);
+                let base = if l.quantized {
+                    quantized_weights(a, DType::Nf4, p.compute())
+                } else if p.weights.is_float_compute() {
+                    a.params().total as f64 * p.weights.bytes()
+                } else {
+                    quantized_weights(a, p.weights, p.compute())
+                };
+                let af = adapters.iter().map(|t| t.0 * t.1 * t.2).sum::<u64>() as f64;
+                let optimizer: f64 = adapters
+                    .iter()
+                    .map(|&(k, r, c)| k as f64 * opt.state_bytes(r, c, DType::F32))
+                    .sum();
+                ModelStates {
+                    weights: base + af * 4.0,
+                    master: 0.0,
+                    grads: if train { af * 4.0 } else { 0.0 },
+                    optimizer: if train { optimizer } else { 0.0 },
+                    trainable_params: if train { af as u64 } else { 0 },
+                }
+            }
+        }
+    }
+}
+
+/// (count, rows, cols) of every parameter tensor, for optimizers whose state depends on
+/// shape (Adafactor, 8-bit Adam).
+fn param_tensors(a: &Architecture) -> Vec<(u64, u64, u64)> {
+    let mut v = Vec::new();
+    let mut lin = |k: u64, l: crate::arch::Linear| {
+        v.push((k, l.out, l.inp));
+        if l.bias {
+            v.push((k, l.out, 1));
+        }
+    };
+    let pc = a.params();
+    let dense = a.moe.as_ref().map_or(a.layers, |m| m.first_dense_layers);
+    let moe_layers = a.layers - dense;
+    for (_, l) in a.attention_linears() {
+        lin(a.layers, l);
+    }
+    for (_, l) in a.mlp_linears(a.intermediate) {
+        lin(dense, l);
+    }
+    if let Some(m) = &a.moe {
+        for (_, l) in a.mlp_linears(m.expert_intermediate) {
+            lin(moe_layers * (m.experts + m.shared_experts), l);
+        }
+        lin(moe_layers, crate::arch::Linear::new(a.hidden, m.experts, false));
+    }
+    v.push((1, a.vocab, a.hidden));
+    if !a.tied_embeddings {
+        v.push((1, a.vocab, a.hidden));
+    }
+    if let Some(n) = a.learned_positions {
+        v.push((1, n, a.hidden));
+    }
+    // Norms and other vectors: whatever is left.
+    let counted: u64 = v.iter().map(|t| t.0 * t.1 * t.2).sum();
+    if pc.total > counted {
+        v.push((1, pc.total - counted, 1));
+    }
+    v
+}
+
+/// (count, rows, cols) of the LoRA adapters (A: r × in, B: out × r) on `targets`.
+fn lora_params(a: &Architecture, targets: &[String], r: u64) -> Vec<(u64, u64, u64)> {
+    let mut v = Vec::new();
+    let dense = a.moe.as_ref().map_or(a.layers, |m| m.first_dense_layers);
+    let mut mods = a.attention_linears().into_iter().map(|(n, l)| (n, l, a.layers)).collect::<Vec<_>>();
+    mods.extend(a.mlp_linears(a.intermediate).into_iter().map(|(n, l)| (n, l, dense)));
+    for (n, l, k) in mods {
+        if targets.iter().any(|t| t == n) {
+            v.push((k, r, l.inp));
+            v.push((k, l.out, r));
+        }
+    }
+    v
+}
+
+/// Weights with linear layers quantised to `q` and the rest (embeddings, head, norms) kept
+/// in the compute dtype, as bitsandbytes quantises a model.
+fn quantized_weights(a: &Architecture, q: DType, c: DType) -> f64 {
+    let pc = a.params();
+    let outside = pc.embedding + pc.positions + pc.lm_head + pc.final_norm;
+    let linear_params: u64 = param_tensors(a)
+        .iter()
+        .filter(|t| t.2 > 1 && !(t.1 == a.vocab && t.2 == a.hidden))
+        .filter(|t| Some(t.1) != a.learned_positions)
+        .map(|t| t.0 * t.1 * t.2)
+        .sum();
+    let rest = pc.total - linear_params - outside;
+    linear_params as f64 * q.bytes() + (outside + rest) as f64 * c.bytes()
+}
+
+/// Profiles of the stretches of one step.
+struct Stretches {
+    pre: Profile,
+    dense: Profile,
+    moe: Option<Profile>,
+    post: Profile,
+    /// The embedding output referenced by the model (`inputs_embeds`) through the forward,
+    /// when the first layer does not save it anyway.
+    embeds_hold: f64,
+}
+
+fn stretches(ctx: &Ctx<'_>, mode: tape::Mode) -> Stretches {
+    let a = ctx.arch;
+    let h = a.hidden as f64;
+    let mut pre = Builder::new(ctx);
+    let first = pre.embedding();
+    let first_bytes = pre.tape.bytes(first);
+    let first_rg = pre.tape.requires_grad(first);
+    let pre_p = pre.tape.run(tape::Mode::Normal.or_nograd(mode));
+    let resid = if ctx.autocast { DType::F32 } else { ctx.c };
+    let layer = |moe: bool| -> Profile {
+        let mut b = Builder::new(ctx);
+        let x = b.input(ctx.t * h, resid, first_rg || ctx.train && matches!(ctx.finetune, Finetune::Full));
+        b.decoder_layer(x, moe);
+        for k in b.kv.clone() {
+            b.tape.keep(k);
+        }
+        b.tape.run(mode)
+    };
+    let dense = layer(false);
+    let moe = a.moe.as_ref().map(|_| layer(true));
+    let mut post = Builder::new(ctx);
+    let x = post.input(ctx.t * h, resid, ctx.train);
+    post.head(x);
+    let post_p = post.tape.run(tape::Mode::Normal.or_nograd(mode));
+    // The layer input is freed during the layer's forward unless a saved tensor is it.
+    let input_freed = dense.fwd_delta.total() < dense.out_bytes - 1.0 || a.learned_positions.is_some() || !ctx.train;
+    let _ = first_bytes;
+    Stretches {
+        pre: pre_p,
+        dense,
+        moe,
+        post: post_p,
+        embeds_hold: if input_freed { ctx.t * h * if ctx.autocast { 4.0 } else { ctx.c.bytes() } } else { 0.0 },
+    }
+}
+
+impl tape::Mode {
+    fn or_nograd(self, mode: tape::Mode) -> tape::Mode {
+        if mode == tape::Mode::NoGrad {
+            tape::Mode::NoGrad
+        } else {
+            self
+        }
+    }
+}
+
+/// Track the running total and its high-water mark with the phase it occurred in.
+struct Run {
+    cur: Bytes,
+    peak: Bytes,
+    phase: String,
+}
+
+impl Run {
+    fn at(&mut self, rel_peak: Bytes, phase: impl FnOnce() -> String) {
+        let p = self.cur.plus(rel_peak);
+        if p.total() > self.peak.total() {
+            self.peak = p;
+            self.phase = phase();
+        }
+    }
+    /// `n` identical stretches, each moving by `delta` and peaking `peak` above its start.
+    fn repeat(&mut self, n: u64, delta: Bytes, peak: Bytes, phase: &str) {
+        if n == 0 {
+            return;
+        }
+        let worst = if delta.total() > 0.0 { n - 1 } else { 0 };
+        let rel = delta.scale(worst as f64).plus(peak);
+        self.at(rel, || format!("{phase} {}", worst + 1));
+        self.cur = self.cur.plus(delta.scale(n as f64));
+    }
+}
+
+fn train_step(s: &Scenario, a: &Architecture, base: f64, grads: f64, grads_full: f64, tl: &mut Vec<Point>) -> (f64, String, Bytes) {
+    let ctx = Ctx::new(s, a, true);
+    let mode = if s.recompute == Recompute::Full { tape::Mode::Checkpointed } else { tape::Mode::Normal };
+    let st = stretches(&ctx, mode);
+    let dense_n = a.moe.as_ref().map_or(a.layers, |m| m.first_dense_layers);
+    let moe_n = a.layers - dense_n;
+    let mut r = Run { cur: Bytes::default(), peak: Bytes::default(), phase: "start".into() };
+    let point = |tl: &mut Vec<Point>, name: &str, b: &Bytes| tl.push(Point { phase: name.into(), bytes: (base + b.total()).round() as u64 });
+    point(tl, "start of step", &r.cur);
+    // Forward.
+    r.at(st.pre.fwd_peak, || "forward: embedding".into());
+    r.cur = r.cur.plus(st.pre.fwd_delta);
+    r.cur.add(Cat::Activations, st.embeds_hold);
+    r.repeat(dense_n, st.dense.fwd_delta, st.dense.fwd_peak, "forward: layer");
+    if let Some(m) = &st.moe {
+        r.repeat(moe_n, m.fwd_delta, m.fwd_peak, "forward: MoE layer");
+    }
+    point(tl, "forward: after the layers", &r.cur);
+    r.at(st.post.fwd_peak, || "forward: logits and loss".into());
+    r.cur = r.cur.plus(st.post.fwd_delta);
+    // Leaving the forward: inputs_embeds dropped; autocast's cache cleared.
+    r.cur.add(Cat::Activations, -st.embeds_hold);
+    let cached = st.dense.fwd_cached.scale(dense_n as f64).plus(st.moe.map_or(Bytes::default(), |m| m.fwd_cached.scale(moe_n as f64)));
+    r.cur = r.cur.minus(cached);
+    point(tl, "after forward", &r.cur);
+    // Backward: head and loss, then layers top-down, then the embedding.
+    r.at(st.post.bwd_peak, || "backward: logits and loss".into());
+    r.cur = r.cur.plus(st.post.bwd_delta);
+    if let Some(m) = &st.moe {
+        r.repeat(moe_n, m.bwd_delta, m.bwd_peak, "backward: MoE layer (from the top)");
+    }
+    r.repeat(dense_n, st.dense.bwd_delta, st.dense.bwd_peak, "backward: layer (from the top)");
+    r.at(st.pre.bwd_peak, || "backward: embedding".into());
+    r.cur = r.cur.plus(st.pre.bwd_delta);
+    // ZeRO-2/3 keep only this rank's shard of the gradients.
+    let g_now = r.cur.0[Cat::Gradients as usize];
+    if grads < grads_full && g_now > 0.0 {
+        r.cur.0[Cat::Gradients as usize] = g_now * grads / grads_full;
+    }
+    // What the tapes left besides the grads and the kept logits is the grad of the input ids:
+    // nothing. Clamp float dust.
+    point(tl, "after backward", &r.cur);
+    // Optimizer step: the grads and `out.logits` are still alive. Non-fused temporaries:
+    let opt_temp = match s.optimizer {
+        Optimizer::Adafactor => largest_param(a) as f64 * s.precision.optimizer.bytes() * 2.0,
+        Optimizer::Adam8bit => largest_param(a) as f64 * 4.0 * 2.0,
+        _ => 0.0,
+    };
+    r.at(Bytes::of(Cat::Temporaries, opt_temp), || "optimizer step".into());
+    r.cur = Bytes::default();
+    point(tl, "end of step", &r.cur);
+    let phase = r.phase.clone();
+    (base + r.peak.total(), phase, r.peak)
+}
+
+fn largest_param(a: &Architecture) -> u64 {
+    param_tensors(a).iter().map(|t| t.1 * t.2).max().unwrap_or(0)
+}
+
+/// generate(): prefill under no_grad with the KV cache filling, then decode steps.
+fn inference(s: &Scenario, a: &Architecture, weights: f64, tl: &mut Vec<Point>) -> (f64, String, f64, Bytes) {
+    let ctx = Ctx::new(s, a, false);
+    let st = stretches(&ctx, tape::Mode::NoGrad);
+    let dense_n = a.moe.as_ref().map_or(a.layers, |m| m.first_dense_layers);
+    let moe_n = a.layers - dense_n;
+    let mut r = Run { cur: Bytes::default(), peak: Bytes::default(), phase: "start".into() };
+    tl.push(Point { phase: "weights".into(), bytes: weights as u64 });
+    r.at(st.pre.fwd_peak, || "prefill: embedding".into());
+    r.cur = r.cur.plus(st.pre.fwd_delta);
+    r.cur.add(Cat::Activations, st.embeds_hold);
+    r.repeat(dense_n, st.dense.fwd_delta, st.dense.fwd_peak, "prefill: layer");
+    if let Some(m) = &st.moe {
+        r.repeat(moe_n, m.fwd_delta, m.fwd_peak, "prefill: MoE layer");
+    }
+    r.at(st.post.fwd_peak, || "prefill: last-token logits".into());
+    let kv_elem = a.kv_elems_per_token_layer() as f64 * ctx.c.bytes();
+    let kv_len = (s.seq + s.new_tokens.max(1) - 1) as f64;
+    let kv_final = a.layers as f64 * s.batch as f64 * kv_len * kv_elem;
+    let kv_prefill = a.layers as f64 * ctx.t * kv_elem;
+    tl.push(Point { phase: "after prefill (KV cache filled)".into(), bytes: (weights + kv_prefill).round() as u64 });
+    // Decode: the cache grows by concatenation (a layer's keys or values exist twice for a
+    // moment), plus one token's activations and fp32 logits.
+    let per_layer = s.batch as f64 * kv_len * kv_elem / 2.0;
+    let decode = kv_final + per_layer + s.batch as f64 * (a.vocab as f64) * (ctx.c.bytes() + 4.0);
+    let mut at_peak = r.peak;
+    let mut phase = r.phase.clone();
+    // Prefill's bytes include the cache; report the cache separately.
+    let prefill_peak = r.peak.total();
+    let peak = if s.new_tokens > 0 && decode > prefill_peak {
+        phase = "decode: last token".into();
+        at_peak = Bytes::of(Cat::Temporaries, per_layer + s.batch as f64 * a.vocab as f64 * (ctx.c.bytes() + 4.0));
+        decode
+    } else {
+        // Separate the cache from the activations at the prefill peak.
+        let kv_at = kv_prefill.min(at_peak.0[Cat::Activations as usize]);
+        at_peak.0[Cat::Activations as usize] -= kv_at;
+        prefill_peak
+    };
+    tl.push(Point { phase: "end of generation".into(), bytes: (weights + kv_final).round() as u64 });
+    (weights + peak, phase, kv_final, at_peak)
+}

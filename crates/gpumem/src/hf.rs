@@ -1,0 +1,418 @@
+//! Architectures from Hugging Face `config.json` objects, and from explicit fields.
+//!
+//! Unknown keys are ignored (configs carry many that do not affect memory); a missing required
+//! key, or a value of the wrong type or range, is an error naming the key.
+
+use serde_json::{Map, Value};
+
+use crate::arch::{Activation, Architecture, Dropout, Family, Mla, Moe};
+use crate::error::{Error, Result};
+
+/// Reads typed keys from a JSON object, naming `at.key` in errors.
+pub(crate) struct Obj<'a> {
+    pub map: &'a Map<String, Value>,
+    pub at: String,
+}
+
+impl<'a> Obj<'a> {
+    pub fn new(v: &'a Value, at: &str) -> Result<Self> {
+        match v {
+            Value::Object(map) => Ok(Obj {
+                map,
+                at: at.to_string(),
+            }),
+            other => Err(Error::new(
+                at,
+                format!("must be a JSON object, got {}", kind(other)),
+            )),
+        }
+    }
+
+    pub fn path(&self, key: &str) -> String {
+        if self.at.is_empty() {
+            key.to_string()
+        } else {
+            format!("{}.{key}", self.at)
+        }
+    }
+
+    /// The value of `key`, treating JSON `null` as absent.
+    pub fn get(&self, key: &str) -> Option<&'a Value> {
+        self.map.get(key).filter(|v| !v.is_null())
+    }
+
+    pub fn u64_opt(&self, key: &str) -> Result<Option<u64>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => to_u64(v)
+                .map(Some)
+                .ok_or_else(|| Error::new(self.path(key), must_be_count(v))),
+        }
+    }
+
+    pub fn u64_req(&self, key: &str) -> Result<u64> {
+        self.u64_opt(key)?
+            .ok_or_else(|| Error::new(self.path(key), "is required but missing"))
+    }
+
+    pub fn f64_opt(&self, key: &str) -> Result<Option<f64>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => match v.as_f64() {
+                Some(x) if x.is_finite() => Ok(Some(x)),
+                _ => Err(Error::new(
+                    self.path(key),
+                    format!("must be a number, got {}", kind(v)),
+                )),
+            },
+        }
+    }
+
+    pub fn bool_opt(&self, key: &str) -> Result<Option<bool>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(v) => Err(Error::new(
+                self.path(key),
+                format!("must be true or false, got {}", kind(v)),
+            )),
+        }
+    }
+
+    pub fn str_opt(&self, key: &str) -> Result<Option<&'a str>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.as_str())),
+            Some(v) => Err(Error::new(
+                self.path(key),
+                format!("must be a string, got {}", kind(v)),
+            )),
+        }
+    }
+}
+
+/// A short description of a JSON value's type (never the value itself: it may be hostile).
+pub(crate) fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn must_be_count(v: &Value) -> String {
+    match v.as_f64() {
+        Some(x) if x.is_nan() => "must be a positive integer, got NaN".into(),
+        Some(x) if x < 0.0 => format!("must be a positive integer, got {x}"),
+        Some(x) if x.fract() != 0.0 => format!("must be a whole number, got {x}"),
+        Some(x) => format!("{x} is too large"),
+        None => format!("must be a positive integer, got {}", kind(v)),
+    }
+}
+
+/// A non-negative integer, also when written as a float with no fraction (1e9).
+pub(crate) fn to_u64(v: &Value) -> Option<u64> {
+    if let Some(u) = v.as_u64() {
+        return Some(u);
+    }
+    let x = v.as_f64()?;
+    if x.is_finite() && x >= 0.0 && x.fract() == 0.0 && x < 1.8e19 {
+        Some(x as u64)
+    } else {
+        None
+    }
+}
+
+/// Parse a Hugging Face `config.json` object. `at` is the field path used in errors.
+pub fn parse_hf_config(v: &Value, at: &str) -> Result<Architecture> {
+    let o = Obj::new(v, at)?;
+    let model_type = match o.str_opt("model_type")? {
+        Some(t) => t.to_ascii_lowercase(),
+        None => {
+            return Err(Error::new(
+                o.path("model_type"),
+                "is required but missing (one of: gpt2, llama, mistral, qwen2, mixtral, deepseek_v3)",
+            ))
+        }
+    };
+    let arch = match model_type.as_str() {
+        "gpt2" => parse_gpt2(&o)?,
+        "llama" | "mistral" | "qwen2" | "mixtral" | "deepseek_v3" => {
+            parse_llama_like(&o, &model_type)?
+        }
+        other => {
+            return Err(Error::new(
+                o.path("model_type"),
+                format!(
+                    "unsupported model type '{}' (supported: gpt2, llama, mistral, qwen2, mixtral, deepseek_v3)",
+                    truncate(other, 40)
+                ),
+            ))
+        }
+    };
+    arch.validate(&format!("{}.", o.at))?;
+    Ok(arch)
+}
+
+pub(crate) fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        s.chars().take(n).collect::<String>() + "…"
+    }
+}
+
+fn activation(o: &Obj<'_>, key: &str, default: Activation) -> Result<Activation> {
+    Ok(match o.str_opt(key)? {
+        None => default,
+        Some(s) => match s {
+            "silu" | "swish" => Activation::Silu,
+            "gelu_new" => Activation::GeluNew,
+            "gelu" | "gelu_pytorch_tanh" | "gelu_fast" | "gelu_python" => Activation::Gelu,
+            other => {
+                return Err(Error::new(
+                    o.path(key),
+                    format!(
+                        "unsupported activation '{}' (silu, gelu, gelu_new, gelu_pytorch_tanh)",
+                        truncate(other, 40)
+                    ),
+                ))
+            }
+        },
+    })
+}
+
+fn parse_gpt2(o: &Obj<'_>) -> Result<Architecture> {
+    let hidden = o.u64_req("n_embd")?;
+    let heads = o.u64_req("n_head")?;
+    if heads == 0 || hidden % heads != 0 {
+        return Err(Error::new(
+            o.path("n_head"),
+            format!("n_embd ({hidden}) must be a multiple of n_head ({heads})"),
+        ));
+    }
+    let p = |k: &str| -> Result<f64> { Ok(o.f64_opt(k)?.unwrap_or(0.1)) };
+    Ok(Architecture {
+        family: Family::Gpt2,
+        hidden,
+        layers: o.u64_req("n_layer")?,
+        heads,
+        kv_heads: heads,
+        head_dim: hidden / heads,
+        intermediate: o.u64_opt("n_inner")?.unwrap_or(4 * hidden),
+        vocab: o.u64_req("vocab_size")?,
+        tied_embeddings: o.bool_opt("tie_word_embeddings")?.unwrap_or(true),
+        learned_positions: Some(o.u64_opt("n_positions")?.unwrap_or(1024)),
+        qkv_bias: true,
+        o_bias: true,
+        mlp_bias: true,
+        activation: activation(o, "activation_function", Activation::GeluNew)?,
+        dropout: Dropout {
+            embd: p("embd_pdrop")?,
+            attn: p("attn_pdrop")?,
+            resid: p("resid_pdrop")?,
+        },
+        moe: None,
+        mla: None,
+    })
+}
+
+fn parse_llama_like(o: &Obj<'_>, model_type: &str) -> Result<Architecture> {
+    let hidden = o.u64_req("hidden_size")?;
+    let heads = o.u64_req("num_attention_heads")?;
+    if heads == 0 {
+        return Err(Error::new(
+            o.path("num_attention_heads"),
+            "must be at least 1",
+        ));
+    }
+    let kv_heads = o.u64_opt("num_key_value_heads")?.unwrap_or(heads);
+    let head_dim = match o.u64_opt("head_dim")? {
+        Some(d) => d,
+        None if hidden % heads == 0 => hidden / heads,
+        None => {
+            return Err(Error::new(
+                o.path("head_dim"),
+                format!("is required when hidden_size ({hidden}) is not a multiple of num_attention_heads ({heads})"),
+            ))
+        }
+    };
+    let attention_bias = o.bool_opt("attention_bias")?.unwrap_or(false);
+    let (family, qkv_bias, o_bias) = match model_type {
+        // Qwen2 always has q/k/v biases and no output bias.
+        "qwen2" => (Family::Llama, true, false),
+        "mixtral" => (Family::Mixtral, false, false),
+        "deepseek_v3" => (Family::DeepseekV3, attention_bias, false),
+        _ => (Family::Llama, attention_bias, attention_bias),
+    };
+    let attn_drop = o.f64_opt("attention_dropout")?.unwrap_or(0.0);
+    let mut arch = Architecture {
+        family,
+        hidden,
+        layers: o.u64_req("num_hidden_layers")?,
+        heads,
+        kv_heads,
+        head_dim,
+        intermediate: o.u64_req("intermediate_size")?,
+        vocab: o.u64_req("vocab_size")?,
+        tied_embeddings: o.bool_opt("tie_word_embeddings")?.unwrap_or(false),
+        learned_positions: None,
+        qkv_bias,
+        o_bias,
+        mlp_bias: o.bool_opt("mlp_bias")?.unwrap_or(false),
+        activation: activation(o, "hidden_act", Activation::Silu)?,
+        dropout: Dropout {
+            embd: 0.0,
+            attn: attn_drop,
+            resid: 0.0,
+        },
+        moe: None,
+        mla: None,
+    };
+    match model_type {
+        "mixtral" => {
+            let experts = o.u64_req("num_local_experts")?;
+            arch.moe = Some(Moe {
+                experts,
+                top_k: o.u64_req("num_experts_per_tok")?,
+                expert_intermediate: arch.intermediate,
+                shared_experts: 0,
+                first_dense_layers: 0,
+                router_bias: false,
+            });
+        }
+        "deepseek_v3" => {
+            let nope = o.u64_req("qk_nope_head_dim")?;
+            let rope = o.u64_req("qk_rope_head_dim")?;
+            arch.head_dim = nope + rope;
+            arch.kv_heads = heads;
+            arch.mla = Some(Mla {
+                q_lora_rank: o.u64_opt("q_lora_rank")?,
+                kv_lora_rank: o.u64_req("kv_lora_rank")?,
+                qk_nope_head_dim: nope,
+                qk_rope_head_dim: rope,
+                v_head_dim: o.u64_req("v_head_dim")?,
+            });
+            if let Some(experts) = o.u64_opt("n_routed_experts")? {
+                arch.moe = Some(Moe {
+                    experts,
+                    top_k: o.u64_req("num_experts_per_tok")?,
+                    expert_intermediate: o.u64_req("moe_intermediate_size")?,
+                    shared_experts: o.u64_opt("n_shared_experts")?.unwrap_or(0),
+                    first_dense_layers: o.u64_opt("first_k_dense_replace")?.unwrap_or(0),
+                    router_bias: true,
+                });
+            }
+        }
+        _ => {}
+    }
+    Ok(arch)
+}
+
+/// Explicit architecture fields, short names (`hidden`, `layers`, …) or the Hugging Face
+/// names. `family` picks the implementation (default `llama`).
+pub fn parse_explicit(v: &Value, at: &str) -> Result<Architecture> {
+    let o = Obj::new(v, at)?;
+    let family = o.str_opt("family")?.unwrap_or("llama").to_ascii_lowercase();
+    // Translate short names into a config.json object and parse that.
+    let renames: &[(&str, &str, &str)] = &[
+        // short, llama-style key, gpt2 key
+        ("hidden", "hidden_size", "n_embd"),
+        ("layers", "num_hidden_layers", "n_layer"),
+        ("heads", "num_attention_heads", "n_head"),
+        ("kv_heads", "num_key_value_heads", "num_key_value_heads"),
+        ("intermediate", "intermediate_size", "n_inner"),
+        ("vocab", "vocab_size", "vocab_size"),
+        ("tied", "tie_word_embeddings", "tie_word_embeddings"),
+        ("experts", "num_local_experts", "num_local_experts"),
+        ("top_k", "num_experts_per_tok", "num_experts_per_tok"),
+    ];
+    let mut m = Map::new();
+    let model_type = match family.as_str() {
+        "llama" | "mistral" | "qwen2" | "mixtral" | "gpt2" | "deepseek_v3" => family.clone(),
+        other => {
+            return Err(Error::new(
+                o.path("family"),
+                format!(
+                    "unknown family '{}' (gpt2, llama, mistral, qwen2, mixtral, deepseek_v3)",
+                    truncate(other, 40)
+                ),
+            ))
+        }
+    };
+    m.insert("model_type".into(), Value::String(model_type.clone()));
+    for (k, val) in o.map.iter() {
+        let key = renames
+            .iter()
+            .find(|(short, _, _)| short == k)
+            .map(|(_, l, g)| if model_type == "gpt2" { *g } else { *l })
+            .unwrap_or(k.as_str());
+        if key != "family" && key != "model_type" {
+            m.insert(key.to_string(), val.clone());
+        }
+    }
+    // Name errors after the fields the user wrote.
+    parse_hf_config(&Value::Object(m), at).map_err(|e| {
+        let mut e = e;
+        for (short, l, g) in renames {
+            for long in [l, g] {
+                let p = format!("{at}.{long}");
+                if e.field == p && o.map.contains_key(*short) {
+                    e.field = format!("{at}.{short}");
+                }
+            }
+        }
+        if e.field.ends_with(".model_type") {
+            e.field = format!("{at}.family");
+        }
+        e
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn missing_key_is_named() {
+        let e = parse_hf_config(
+            &json!({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4}),
+            "model.hf_config",
+        )
+        .unwrap_err();
+        assert_eq!(e.field, "model.hf_config.num_hidden_layers");
+    }
+
+    #[test]
+    fn unknown_type_is_rejected_without_echoing_much() {
+        let long = "x".repeat(500);
+        let e = parse_hf_config(&json!({ "model_type": long }), "c").unwrap_err();
+        assert!(e.message.len() < 200);
+    }
+
+    #[test]
+    fn qwen2_has_qkv_bias() {
+        let a = parse_hf_config(
+            &json!({"model_type": "qwen2", "hidden_size": 896, "intermediate_size": 4864,
+                    "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
+                    "vocab_size": 151936, "tie_word_embeddings": true, "some_unknown_key": [1,2]}),
+            "c",
+        )
+        .unwrap();
+        assert_eq!(a.params().total, 494_032_768);
+    }
+
+    #[test]
+    fn explicit_fields_use_short_names_in_errors() {
+        let e = parse_explicit(&json!({"hidden": 64, "layers": 2, "heads": 3, "intermediate": 128, "vocab": 100}), "model")
+            .unwrap_err();
+        assert_eq!(e.field, "model.head_dim");
+        let e = parse_explicit(&json!({"hidden": 64, "layers": -2, "heads": 4, "intermediate": 128, "vocab": 100}), "model")
+            .unwrap_err();
+        assert_eq!(e.field, "model.layers");
+    }
+}

@@ -1,0 +1,23 @@
+//! gpumem: predicts the per-GPU memory of LLM training and inference the way PyTorch measures it.
+//!
+//! scenario → architecture → parameter counts → bytes per component → per-GPU peak.
+pub mod arch;
+pub mod dtype;
+pub mod error;
+pub mod hf;
+pub mod presets;
+pub mod tape;
+pub mod estimate;
+pub mod gpu;
+pub mod graph;
+pub mod precision;
+pub mod scenario;
+
+pub use error::{Error, Result};
+pub use estimate::{estimate, Estimate};
+pub use scenario::Scenario;
+
+/// Parse a scenario from JSON text and estimate it.
+pub fn estimate_json(text: &str) -> Result<Estimate> {
+    estimate(&Scenario::from_json_str(text)?)
+}

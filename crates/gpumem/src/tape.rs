@@ -1,0 +1,605 @@
+//! A miniature of PyTorch's autograd memory behaviour.
+//!
+//! A [`Tape`] records one stretch of a model's forward pass (one decoder layer, the embedding, or
+//! the head and loss) as ops over tensors. Each op states what PyTorch's autograd keeps alive
+//! for its backward ("saved tensors"), which depends on which inputs require grad. [`Tape::run`]
+//! then replays the forward and the backward with the lifetimes PyTorch gives those tensors and
+//! reports where memory stands and how high it went, relative to the start.
+//!
+//! Memory is tracked per *storage*: views (split, chunk, transpose) share their base's storage,
+//! and a storage is alive while any view of it is still to be used, is saved, or is held.
+
+/// Index of a tensor on a tape.
+pub type Tid = usize;
+
+/// What a byte of memory is, for the breakdown at the peak.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cat {
+    /// Tensors saved for backward (and forward intermediates).
+    Activations = 0,
+    /// Logits and the loss's fp32 buffers.
+    Logits = 1,
+    /// Low-precision copies of weights made by autocast / dequantisation, saved for backward.
+    WeightCopies = 2,
+    /// Parameter gradients.
+    Gradients = 3,
+    /// Gradients of activations and other short-lived buffers.
+    Temporaries = 4,
+}
+
+pub const NCAT: usize = 5;
+
+/// Bytes by category.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Bytes(pub [f64; NCAT]);
+
+impl Bytes {
+    pub fn of(cat: Cat, b: f64) -> Bytes {
+        let mut x = Bytes::default();
+        x.0[cat as usize] = b;
+        x
+    }
+    pub fn total(&self) -> f64 {
+        self.0.iter().sum()
+    }
+    pub fn add(&mut self, cat: Cat, b: f64) {
+        self.0[cat as usize] += b;
+    }
+    pub fn plus(mut self, o: Bytes) -> Bytes {
+        for i in 0..NCAT {
+            self.0[i] += o.0[i];
+        }
+        self
+    }
+    pub fn minus(mut self, o: Bytes) -> Bytes {
+        for i in 0..NCAT {
+            self.0[i] -= o.0[i];
+        }
+        self
+    }
+    pub fn scale(mut self, k: f64) -> Bytes {
+        for v in self.0.iter_mut() {
+            *v *= k;
+        }
+        self
+    }
+}
+
+/// Running memory with its high-water mark (and the breakdown at that mark).
+#[derive(Clone, Copy, Debug, Default)]
+struct Meter {
+    live: Bytes,
+    peak: Bytes,
+}
+
+impl Meter {
+    fn add(&mut self, cat: Cat, b: f64) {
+        self.live.add(cat, b);
+    }
+    fn sub(&mut self, cat: Cat, b: f64) {
+        self.live.add(cat, -b);
+    }
+    /// Record the current point (plus a transient) as a candidate peak.
+    fn mark(&mut self, transient: Bytes) {
+        let now = self.live.plus(transient);
+        if now.total() > self.peak.total() {
+            self.peak = now;
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Tensor {
+    storage: usize,
+    bytes: f64,
+    rg: bool,
+}
+
+#[derive(Clone, Debug)]
+struct Storage {
+    bytes: f64,
+    cat: Cat,
+    /// Alive from the start (the input of the stretch); not allocated by the tape.
+    external: bool,
+    /// Kept alive until the end of the stretch's forward even when no op uses it any more
+    /// (a caller's reference, e.g. the decoder layer's input held by the model's loop).
+    held: bool,
+    /// Never released by the stretch (the user keeps a reference: `out.logits`).
+    kept: bool,
+    /// Kept by PyTorch's autocast weight cache until autocast exits (end of the forward).
+    cached: bool,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Op {
+    inputs: Vec<Tid>,
+    outputs: Vec<Tid>,
+    saved: Vec<Tid>,
+    fwd_temp: f64,
+    bwd_temp: f64,
+    param_grads: f64,
+    passthrough: bool,
+}
+
+/// Where memory stood and peaked while replaying a stretch, relative to its start.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Profile {
+    /// Forward: the breakdown at the highest point, relative to the start.
+    pub fwd_peak: Bytes,
+    /// Forward: net change from start to end (saved tensors + output − freed input).
+    pub fwd_delta: Bytes,
+    /// Autocast-cached weight copies alive at the end of the forward that no op saved; they
+    /// leave when the whole forward leaves autocast. Included in `fwd_delta`.
+    pub fwd_cached: Bytes,
+    /// Bytes of the stretch's output tensor (included in `fwd_delta`).
+    pub out_bytes: f64,
+    /// Backward: the breakdown at the highest point above the backward's start. The start
+    /// holds the saved tensors and the grad of the output, not the output itself.
+    pub bwd_peak: Bytes,
+    /// Backward: net change (param grads + input grad − saved − output grad).
+    pub bwd_delta: Bytes,
+}
+
+/// How a stretch is replayed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Ordinary autograd: saved tensors live until their backward.
+    Normal,
+    /// Activation checkpointing (non-reentrant, whole stretch): the forward saves nothing but
+    /// keeps its input; the backward first recomputes the forward (saving), then runs backward.
+    Checkpointed,
+    /// No autograd at all (inference under `torch.no_grad()`): nothing is saved.
+    NoGrad,
+}
+
+/// Arguments of [`Tape::op`].
+#[derive(Clone, Copy, Debug)]
+pub struct OpSpec<'a> {
+    pub inputs: &'a [Tid],
+    pub out_bytes: f64,
+    pub saved: &'a [Tid],
+    pub cat: Cat,
+    pub weights_rg: bool,
+    /// Bytes of parameter gradients the op's backward leaves in `.grad`.
+    pub param_grads: f64,
+    /// Temporaries alive only while the op runs forward.
+    pub fwd_temp: f64,
+    /// Temporaries alive only while the op runs backward (workspace, dequantised weights, a
+    /// low-precision weight grad before its cast).
+    pub bwd_temp: f64,
+    /// The op's input grads are its output grad itself (add): no allocation.
+    pub passthrough: bool,
+}
+
+impl Default for OpSpec<'_> {
+    fn default() -> Self {
+        OpSpec {
+            inputs: &[],
+            out_bytes: 0.0,
+            saved: &[],
+            cat: Cat::Activations,
+            weights_rg: false,
+            param_grads: 0.0,
+            fwd_temp: 0.0,
+            bwd_temp: 0.0,
+            passthrough: false,
+        }
+    }
+}
+
+#[derive(Default, Debug, Clone)]
+pub struct Tape {
+    tensors: Vec<Tensor>,
+    storages: Vec<Storage>,
+    ops: Vec<Op>,
+    output: Option<Tid>,
+}
+
+impl Tape {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn new_storage(&mut self, bytes: f64, rg: bool, external: bool, cat: Cat) -> Tid {
+        self.storages.push(Storage {
+            bytes,
+            cat,
+            external,
+            held: false,
+            kept: false,
+            cached: false,
+        });
+        self.tensors.push(Tensor {
+            storage: self.storages.len() - 1,
+            bytes,
+            rg,
+        });
+        self.tensors.len() - 1
+    }
+
+    /// The stretch's input: already in memory when the stretch starts.
+    pub fn input(&mut self, bytes: f64, rg: bool) -> Tid {
+        self.new_storage(bytes, rg, true, Cat::Activations)
+    }
+
+    fn storage_mut(&mut self, t: Tid) -> &mut Storage {
+        let s = self.tensors[t].storage;
+        &mut self.storages[s]
+    }
+
+    /// Keep `t` alive until the end of this stretch's forward.
+    pub fn hold(&mut self, t: Tid) {
+        self.storage_mut(t).held = true;
+    }
+
+    /// `t` is never released by this stretch (the caller keeps it).
+    pub fn keep(&mut self, t: Tid) {
+        self.storage_mut(t).kept = true;
+    }
+
+    /// `t` is held by the autocast weight cache until the forward ends.
+    pub fn cache(&mut self, t: Tid) {
+        self.storage_mut(t).cached = true;
+    }
+
+    pub fn set_output(&mut self, t: Tid) {
+        self.output = Some(t);
+    }
+
+    pub fn requires_grad(&self, t: Tid) -> bool {
+        self.tensors[t].rg
+    }
+
+    pub fn bytes(&self, t: Tid) -> f64 {
+        self.tensors[t].bytes
+    }
+
+    /// Record an op producing one new tensor.
+    pub fn op(&mut self, spec: OpSpec<'_>) -> Tid {
+        let rg = spec.weights_rg || spec.inputs.iter().any(|&t| self.tensors[t].rg);
+        let out = self.new_storage(spec.out_bytes, rg, false, spec.cat);
+        // An op saves only what some grad needs: nothing when nothing requires grad.
+        let saved = if rg { spec.saved.to_vec() } else { Vec::new() };
+        self.ops.push(Op {
+            inputs: spec.inputs.to_vec(),
+            outputs: vec![out],
+            saved,
+            fwd_temp: spec.fwd_temp,
+            bwd_temp: spec.bwd_temp,
+            param_grads: if spec.weights_rg {
+                spec.param_grads
+            } else {
+                0.0
+            },
+            passthrough: spec.passthrough,
+        });
+        out
+    }
+
+    /// A Python reference to `ts` ends here (a local going out of scope): they stay alive up
+    /// to this point of the forward.
+    pub fn touch(&mut self, ts: &[Tid]) {
+        self.ops.push(Op {
+            inputs: ts.to_vec(),
+            ..Op::default()
+        });
+    }
+
+    /// The op that just produced `t` also saves `t` itself (softmax, tanh, log_softmax).
+    pub fn save_self(&mut self, t: Tid) {
+        if self.tensors[t].rg {
+            if let Some(op) = self.ops.last_mut() {
+                op.saved.push(t);
+            }
+        }
+    }
+
+    /// Split `x` into views of the given byte sizes (same storage).
+    pub fn split(&mut self, x: Tid, parts: &[f64]) -> Vec<Tid> {
+        let storage = self.tensors[x].storage;
+        let rg = self.tensors[x].rg;
+        let views: Vec<Tid> = parts
+            .iter()
+            .map(|&bytes| {
+                self.tensors.push(Tensor { storage, bytes, rg });
+                self.tensors.len() - 1
+            })
+            .collect();
+        self.ops.push(Op {
+            inputs: vec![x],
+            outputs: views.clone(),
+            ..Op::default()
+        });
+        views
+    }
+
+    fn is_saved(&self, s: usize) -> bool {
+        self.ops
+            .iter()
+            .any(|o| o.saved.iter().any(|&t| self.tensors[t].storage == s))
+    }
+
+    /// Replay forward then backward.
+    pub fn run(&self, mode: Mode) -> Profile {
+        let out = self.output.expect("a tape has an output");
+        let out_storage = self.tensors[out].storage;
+        let mut prof = Profile {
+            out_bytes: self.tensors[out].bytes,
+            ..Profile::default()
+        };
+        let saving = mode == Mode::Normal;
+        let (fm, alive_fwd) = self.forward(saving, mode == Mode::Checkpointed);
+        prof.fwd_peak = fm.peak;
+        prof.fwd_delta = fm.live;
+        prof.fwd_cached = self.cached_unsaved(&alive_fwd, saving);
+        if mode == Mode::NoGrad {
+            return prof;
+        }
+        let grad_out = if self.tensors[out].rg {
+            self.tensors[out].bytes
+        } else {
+            0.0
+        };
+        let out_cat = self.storages[out_storage].cat;
+        // The backward's start: what the forward left, less the output (owned by the next
+        // stretch) and the autocast cache (gone when autocast exits), plus the output's grad.
+        let mut m = Meter::default();
+        let mut alive;
+        let start: Bytes;
+        match mode {
+            Mode::Normal => {
+                alive = alive_fwd;
+                m.live = fm.live.minus(prof.fwd_cached);
+                for (s, st) in self.storages.iter().enumerate() {
+                    if alive[s] && st.cached && !self.is_saved(s) {
+                        alive[s] = false;
+                    }
+                }
+                if alive[out_storage] && !self.storages[out_storage].kept {
+                    m.sub(out_cat, self.storages[out_storage].bytes);
+                    alive[out_storage] = false;
+                }
+                m.add(Cat::Temporaries, grad_out);
+                start = m.live;
+            }
+            _ => {
+                // Checkpointed: the held input and the output's grad; recompute with saving.
+                m.add(Cat::Temporaries, grad_out);
+                start = m.live;
+                let (rm, a) = self.forward(true, true);
+                m.peak = m.live.plus(rm.peak);
+                m.live = m.live.plus(rm.live);
+                alive = a;
+                if alive[out_storage] && !self.storages[out_storage].kept {
+                    m.sub(out_cat, self.storages[out_storage].bytes);
+                    alive[out_storage] = false;
+                }
+            }
+        }
+        m.mark(Bytes::default());
+        self.backward(&mut alive, &mut m, out);
+        if mode == Mode::Checkpointed {
+            // The checkpoint releases its held input after the stretch's backward.
+            for (s, st) in self.storages.iter().enumerate() {
+                if st.external && alive[s] {
+                    m.sub(st.cat, st.bytes);
+                }
+            }
+        }
+        prof.bwd_peak = m.peak.minus(start);
+        prof.bwd_delta = m.live.minus(start);
+        prof
+    }
+
+    fn cached_unsaved(&self, alive: &[bool], saving: bool) -> Bytes {
+        let mut b = Bytes::default();
+        for (s, st) in self.storages.iter().enumerate() {
+            if alive[s] && st.cached && !(saving && self.is_saved(s)) {
+                b.add(st.cat, st.bytes);
+            }
+        }
+        b
+    }
+
+    /// Forward replay from zero (the external input counts as already there). Returns the
+    /// meter and which storages are alive at the end.
+    fn forward(&self, saving: bool, hold_inputs: bool) -> (Meter, Vec<bool>) {
+        let n = self.storages.len();
+        let out_storage = self.output.map(|t| self.tensors[t].storage);
+        let mut last_use = vec![None::<usize>; n];
+        let mut saved = vec![false; n];
+        for (i, op) in self.ops.iter().enumerate() {
+            for &t in op.inputs.iter() {
+                last_use[self.tensors[t].storage] = Some(i);
+            }
+            if saving {
+                for &t in op.saved.iter() {
+                    saved[self.tensors[t].storage] = true;
+                }
+            }
+        }
+        let keep = |s: usize| -> bool {
+            let st = &self.storages[s];
+            saved[s] || Some(s) == out_storage || st.cached || st.kept || (hold_inputs && st.external)
+        };
+        let mut alive: Vec<bool> = self.storages.iter().map(|s| s.external).collect();
+        let mut created = vec![false; n];
+        let mut m = Meter::default();
+        for (i, op) in self.ops.iter().enumerate() {
+            for &t in op.outputs.iter() {
+                let s = self.tensors[t].storage;
+                if !alive[s] && !created[s] {
+                    alive[s] = true;
+                    created[s] = true;
+                    m.add(self.storages[s].cat, self.storages[s].bytes);
+                }
+            }
+            m.mark(Bytes::of(Cat::Temporaries, op.fwd_temp));
+            let mut candidates: Vec<usize> = op
+                .inputs
+                .iter()
+                .chain(op.outputs.iter())
+                .map(|&t| self.tensors[t].storage)
+                .collect();
+            candidates.sort_unstable();
+            candidates.dedup();
+            for s in candidates {
+                let used_later = last_use[s].is_some_and(|u| u > i);
+                if alive[s] && !used_later && !keep(s) && !self.storages[s].held {
+                    alive[s] = false;
+                    m.sub(self.storages[s].cat, self.storages[s].bytes);
+                }
+            }
+        }
+        for s in 0..n {
+            if alive[s] && self.storages[s].held && !keep(s) {
+                alive[s] = false;
+                m.sub(self.storages[s].cat, self.storages[s].bytes);
+            }
+        }
+        (m, alive)
+    }
+
+    /// Backward replay (saved tensors alive as in `alive`, the grad of `out` present).
+    /// Gradient buffers are refcounted: an add hands the same buffer to both its inputs, as
+    /// autograd does.
+    fn backward(&self, alive: &mut [bool], m: &mut Meter, out: Tid) {
+        let nt = self.tensors.len();
+        let mut gbuf: Vec<(f64, u32)> = Vec::new();
+        let mut grad_of: Vec<Option<usize>> = vec![None; nt];
+        let mut first_saver = vec![None::<usize>; self.storages.len()];
+        for (i, op) in self.ops.iter().enumerate() {
+            for &t in op.saved.iter() {
+                let s = self.tensors[t].storage;
+                if first_saver[s].is_none() {
+                    first_saver[s] = Some(i);
+                }
+            }
+        }
+        if self.tensors[out].rg {
+            gbuf.push((self.tensors[out].bytes, 1));
+            grad_of[out] = Some(0);
+        }
+        for (i, op) in self.ops.iter().enumerate().rev() {
+            let incoming: Vec<usize> = op.outputs.iter().filter_map(|&t| grad_of[t]).collect();
+            if !incoming.is_empty() {
+                let mut temp = op.bwd_temp;
+                m.add(Cat::Gradients, op.param_grads);
+                for &t in op.inputs.iter() {
+                    if !self.tensors[t].rg {
+                        continue;
+                    }
+                    let b = self.tensors[t].bytes;
+                    match (grad_of[t], op.passthrough) {
+                        (Some(_), true) => {}
+                        (Some(_), false) => temp = temp.max(b),
+                        (None, true) => {
+                            let g = incoming[0];
+                            gbuf[g].1 += 1;
+                            grad_of[t] = Some(g);
+                        }
+                        (None, false) => {
+                            gbuf.push((b, 1));
+                            m.add(Cat::Temporaries, b);
+                            grad_of[t] = Some(gbuf.len() - 1);
+                        }
+                    }
+                }
+                m.mark(Bytes::of(Cat::Temporaries, temp));
+                for &t in op.outputs.iter() {
+                    if let Some(g) = grad_of[t].take() {
+                        gbuf[g].1 -= 1;
+                        if gbuf[g].1 == 0 {
+                            m.sub(Cat::Temporaries, gbuf[g].0);
+                        }
+                    }
+                }
+            }
+            for (s, fs) in first_saver.iter().enumerate() {
+                if *fs == Some(i) && alive[s] && !self.storages[s].kept {
+                    alive[s] = false;
+                    m.sub(self.storages[s].cat, self.storages[s].bytes);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unary(t: &mut Tape, x: Tid, out: f64, save_input: bool) -> Tid {
+        let one = [x];
+        t.op(OpSpec {
+            inputs: &one,
+            out_bytes: out,
+            saved: if save_input { &one[..] } else { &[][..] },
+            ..OpSpec::default()
+        })
+    }
+
+    /// y = silu(x), x saved: forward keeps x and y; backward frees x and makes grad x.
+    #[test]
+    fn unary_op_saves_its_input() {
+        let mut t = Tape::new();
+        let x = t.input(100.0, true);
+        let y = unary(&mut t, x, 100.0, true);
+        t.set_output(y);
+        let p = t.run(Mode::Normal);
+        assert_eq!(p.fwd_delta.total(), 100.0);
+        assert_eq!(p.fwd_peak.total(), 100.0);
+        // Backward start: x (saved) + grad y. Then grad x (+100), free grad y and x.
+        assert_eq!(p.bwd_peak.total(), 100.0);
+        assert_eq!(p.bwd_delta.total(), -100.0);
+    }
+
+    /// Nothing requires grad: nothing is saved, the input is freed.
+    #[test]
+    fn no_grad_saves_nothing() {
+        let mut t = Tape::new();
+        let x = t.input(100.0, false);
+        let y = unary(&mut t, x, 50.0, true);
+        t.set_output(y);
+        let p = t.run(Mode::Normal);
+        assert_eq!(p.fwd_delta.total(), -50.0);
+        assert_eq!(p.fwd_peak.total(), 50.0);
+    }
+
+    /// A checkpointed stretch keeps only its input and output in forward.
+    #[test]
+    fn checkpoint_keeps_only_input() {
+        let mut t = Tape::new();
+        let x = t.input(10.0, true);
+        let h = unary(&mut t, x, 40.0, true);
+        let y = unary(&mut t, h, 10.0, true);
+        t.set_output(y);
+        let normal = t.run(Mode::Normal);
+        assert_eq!(normal.fwd_delta.total(), 50.0);
+        let ck = t.run(Mode::Checkpointed);
+        assert_eq!(ck.fwd_delta.total(), 10.0);
+        assert_eq!(ck.fwd_peak.total(), 50.0);
+        // Recompute (h, y) then backward: h + grad y + grad h at most.
+        assert!(ck.bwd_peak.total() >= 50.0);
+        // Ends with grad x, having released x, h, grad y.
+        assert_eq!(ck.bwd_delta.total(), 10.0 - 10.0 - 10.0);
+    }
+
+    /// An add passes its grad through to both inputs without allocating.
+    #[test]
+    fn add_shares_the_gradient() {
+        let mut t = Tape::new();
+        let x = t.input(10.0, true);
+        let h = unary(&mut t, x, 10.0, true);
+        let y = t.op(OpSpec {
+            inputs: &[x, h],
+            out_bytes: 10.0,
+            passthrough: true,
+            ..OpSpec::default()
+        });
+        t.set_output(y);
+        let p = t.run(Mode::Normal);
+        // grad y is handed to x and h; h's backward makes a fresh grad for x (transient 10).
+        assert_eq!(p.bwd_peak.total(), 10.0);
+    }
+}
