@@ -1,1 +1,250 @@
-fn main(){}
+//! `gpumem`: will this run fit on my GPU, and why?
+
+use std::process::ExitCode;
+
+use gpumem::{estimate, Estimate, Scenario};
+use serde_json::{Map, Value};
+
+const USAGE: &str = "\
+gpumem — predicts per-GPU memory of LLM training and inference
+
+USAGE:
+  gpumem estimate [--scenario FILE] [--hf-config FILE] [FLAGS] [--json]
+  gpumem presets [--json]
+  gpumem help
+
+ESTIMATE FLAGS (override the scenario file's fields):
+  --model NAME          a preset (see `gpumem presets`)
+  --hf-config FILE      a Hugging Face config.json as the model
+  --mode train|inference
+  --batch N  --seq N  --new-tokens N
+  --precision RECIPE    fp32, bf16, fp16, amp-bf16, amp-fp16, mixed-bf16, fp8
+  --optimizer NAME      adamw, adam, sgd, sgd-momentum, adafactor, adamw-8bit
+  --recompute none|selective|full
+  --attention flash|eager
+  --loss standard|fused
+  --finetune full|lora|qlora
+  --gpu NAME            H100-80GB, H200, B200, A100-80GB, A100-40GB, L4, RTX-4090, …
+  --dp N --zero 0-3
+  --json                one JSON object instead of the table
+
+Exit codes: 0 ok, 2 bad input.";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match run(&args) {
+        Ok(out) => {
+            println!("{out}");
+            ExitCode::SUCCESS
+        }
+        Err(msg) => {
+            eprintln!("error: {msg}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(args: &[String]) -> Result<String, String> {
+    match args.first().map(String::as_str) {
+        Some("estimate") => cmd_estimate(&args[1..]),
+        Some("presets") => Ok(cmd_presets(args[1..].iter().any(|a| a == "--json"))),
+        Some("help") | Some("--help") | Some("-h") | None => Ok(USAGE.to_string()),
+        Some(other) => Err(format!(
+            "unknown command '{}'\n\n{USAGE}",
+            other.chars().take(40).collect::<String>()
+        )),
+    }
+}
+
+fn read(path: &str) -> Result<String, String> {
+    std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))
+}
+
+fn parse_json(path: &str, text: &str) -> Result<Value, String> {
+    serde_json::from_str(text)
+        .map_err(|e| format!("{path}:{}:{}: malformed JSON: {e}", e.line(), e.column()))
+}
+
+fn cmd_estimate(args: &[String]) -> Result<String, String> {
+    let mut json = false;
+    let mut obj = Map::new();
+    let mut i = 0;
+    let mut scenario_path = None;
+    while i < args.len() {
+        let flag = args[i].as_str();
+        if flag == "--json" {
+            json = true;
+            i += 1;
+            continue;
+        }
+        let value = args
+            .get(i + 1)
+            .ok_or_else(|| format!("{flag} needs a value"))?
+            .as_str();
+        let num = |v: &str| -> Result<Value, String> {
+            v.parse::<u64>()
+                .map(Value::from)
+                .map_err(|_| format!("{flag}: '{v}' is not a positive whole number"))
+        };
+        match flag {
+            "--scenario" => {
+                let text = read(value)?;
+                match parse_json(value, &text)? {
+                    Value::Object(m) => {
+                        for (k, v) in m {
+                            obj.entry(k).or_insert(v);
+                        }
+                    }
+                    _ => return Err(format!("{value}: a scenario must be a JSON object")),
+                }
+                scenario_path = Some(value.to_string());
+            }
+            "--hf-config" => {
+                let cfg = parse_json(value, &read(value)?)?;
+                obj.insert("model".into(), serde_json::json!({ "hf_config": cfg }));
+            }
+            "--model" => {
+                obj.insert("model".into(), serde_json::json!({ "preset": value }));
+            }
+            "--mode" | "--precision" | "--optimizer" | "--recompute" | "--attention" | "--loss"
+            | "--finetune" | "--gpu" => {
+                obj.insert(flag[2..].to_string(), Value::String(value.to_string()));
+            }
+            "--batch" | "--seq" => {
+                obj.insert(flag[2..].to_string(), num(value)?);
+            }
+            "--new-tokens" => {
+                obj.insert("new_tokens".into(), num(value)?);
+            }
+            "--dp" | "--zero" => {
+                let p = obj
+                    .entry("parallel")
+                    .or_insert_with(|| Value::Object(Map::new()));
+                match p {
+                    Value::Object(m) => {
+                        m.insert(flag[2..].to_string(), num(value)?);
+                    }
+                    _ => return Err("parallel: must be an object".into()),
+                }
+            }
+            other => {
+                return Err(format!(
+                    "unknown flag '{}' (see `gpumem help`)",
+                    other.chars().take(40).collect::<String>()
+                ))
+            }
+        }
+        i += 2;
+    }
+    if !obj.contains_key("model") {
+        return Err("no model: give --model NAME, --hf-config FILE or --scenario FILE".into());
+    }
+    let scenario = Scenario::from_value(&Value::Object(obj)).map_err(|e| match &scenario_path {
+        Some(p) => format!("{p}: {e}"),
+        None => e.to_string(),
+    })?;
+    let e = estimate(&scenario).map_err(|e| e.to_string())?;
+    Ok(if json {
+        serde_json::to_string_pretty(&e).expect("estimate serialises")
+    } else {
+        table(&e)
+    })
+}
+
+fn gib(b: f64) -> String {
+    format!("{:.2} GiB", b / (1u64 << 30) as f64)
+}
+
+fn table(e: &Estimate) -> String {
+    let mut s = String::new();
+    let line = |s: &mut String, k: &str, v: String| s.push_str(&format!("{k:<26}{v}\n"));
+    line(&mut s, "model", e.model.clone());
+    line(
+        &mut s,
+        "parameters",
+        format!("{} ({} trainable)", e.params, e.trainable_params),
+    );
+    line(
+        &mut s,
+        "peak (allocated)",
+        format!("{}  during {}", gib(e.peak_bytes as f64), e.peak_phase),
+    );
+    s.push_str("breakdown at the peak\n");
+    let mut comps: Vec<_> = e.components.iter().filter(|(_, v)| **v > 0).collect();
+    comps.sort_by(|a, b| b.1.cmp(a.1));
+    for (k, v) in comps {
+        let pct = 100.0 * *v as f64 / e.peak_bytes.max(1) as f64;
+        line(
+            &mut s,
+            &format!("  {k}"),
+            format!("{:>12}  {pct:5.1} %", gib(*v as f64)),
+        );
+    }
+    if e.kv_cache_bytes > 0 {
+        line(&mut s, "KV cache (final)", gib(e.kv_cache_bytes as f64));
+    }
+    line(&mut s, "model states", gib(e.model_states_bytes as f64));
+    line(
+        &mut s,
+        "allocator reserve (est.)",
+        gib(e.allocator_reserve_bytes as f64),
+    );
+    line(&mut s, "CUDA context", gib(e.cuda_context_bytes as f64));
+    line(
+        &mut s,
+        "device total (nvidia-smi)",
+        gib(e.device_bytes as f64),
+    );
+    line(
+        &mut s,
+        "GPU",
+        format!("{} ({})", e.gpu, gib(e.capacity_bytes as f64)),
+    );
+    let verdict = if e.fits {
+        format!("fits — {} headroom", gib(e.headroom_bytes as f64))
+    } else {
+        format!(
+            "does NOT fit — exceeds by {}",
+            gib(-e.headroom_bytes as f64)
+        )
+    };
+    line(&mut s, "verdict", verdict);
+    for n in &e.notes {
+        s.push_str(&format!("note: {n}\n"));
+    }
+    s.trim_end().to_string()
+}
+
+fn cmd_presets(json: bool) -> String {
+    let presets = gpumem::presets::all();
+    if json {
+        let v: Vec<Value> = presets
+            .iter()
+            .map(|p| {
+                let c = p.arch.params();
+                serde_json::json!({
+                    "name": p.name, "aliases": p.aliases, "family": p.arch.family.name(),
+                    "params": c.total, "active_params": c.active, "layers": p.arch.layers,
+                    "hidden": p.arch.hidden, "vocab": p.arch.vocab, "source": p.source,
+                })
+            })
+            .collect();
+        return serde_json::to_string_pretty(&v).expect("serialises");
+    }
+    let mut s = format!(
+        "{:<16}{:<13}{:>18}  {:>7}  {:>7}  source\n",
+        "name", "family", "parameters", "layers", "hidden"
+    );
+    for p in presets {
+        s.push_str(&format!(
+            "{:<16}{:<13}{:>18}  {:>7}  {:>7}  {}\n",
+            p.name,
+            p.arch.family.name(),
+            p.arch.params().total,
+            p.arch.layers,
+            p.arch.hidden,
+            p.source
+        ));
+    }
+    s.trim_end().to_string()
+}

@@ -142,7 +142,10 @@ impl Architecture {
             if v == 0 {
                 Err(Error::new(f(k), "must be at least 1"))
             } else if v > max {
-                Err(Error::new(f(k), format!("{v} is larger than the limit {max}")))
+                Err(Error::new(
+                    f(k),
+                    format!("{v} is larger than the limit {max}"),
+                ))
             } else {
                 Ok(())
             }
@@ -154,7 +157,7 @@ impl Architecture {
         positive("head_dim", self.head_dim, MAX_DIM)?;
         positive("intermediate_size", self.intermediate, MAX_DIM * 16)?;
         positive("vocab_size", self.vocab, MAX_VOCAB)?;
-        if self.heads % self.kv_heads != 0 {
+        if !self.heads.is_multiple_of(self.kv_heads) {
             return Err(Error::new(
                 f("num_key_value_heads"),
                 format!(
@@ -307,8 +310,8 @@ impl Architecture {
                     .sum();
                 routed = one.checked_mul(m.experts)?;
                 let shared = one.checked_mul(m.shared_experts)?;
-                let router = self.hidden.checked_mul(m.experts)?
-                    + if m.router_bias { m.experts } else { 0 };
+                let router =
+                    self.hidden.checked_mul(m.experts)? + if m.router_bias { m.experts } else { 0 };
                 total = total
                     .checked_add(routed)?
                     .checked_add(shared)?
@@ -384,8 +387,7 @@ impl Architecture {
     pub fn kv_elems_per_token_layer(&self) -> u64 {
         match &self.mla {
             Some(m) => {
-                self.heads * (m.qk_nope_head_dim + m.qk_rope_head_dim)
-                    + self.heads * m.v_head_dim
+                self.heads * (m.qk_nope_head_dim + m.qk_rope_head_dim) + self.heads * m.v_head_dim
             }
             None => 2 * self.kv_dim(),
         }
@@ -400,24 +402,24 @@ mod tests {
     #[test]
     fn preset_parameter_counts() {
         let cases: &[(&str, u64)] = &[
-            ("gpt2", 124_439_808),               // measured (tests/data)
-            ("gpt2-medium", 354_823_168),        // HF model card / numel
-            ("gpt2-large", 774_030_080),         // numel
-            ("gpt2-xl", 1_557_611_200),          // numel
-            ("llama3.2-1b", 1_235_814_400),      // measured (tests/data)
-            ("llama3.2-3b", 3_212_749_824),      // measured (tests/data)
-            ("llama2-7b", 6_738_415_616),        // Meta: 6.74B
-            ("llama2-13b", 13_015_864_320),      // numel
-            ("llama2-70b", 68_976_648_192),      // numel
-            ("llama3.1-8b", 8_030_261_248),      // numel
-            ("llama3.1-70b", 70_553_706_496),    // numel
-            ("llama3.1-405b", 405_853_388_800),  // numel
-            ("mistral-7b", 7_241_732_096),       // numel
-            ("mixtral-8x7b", 46_702_792_704),    // numel
-            ("qwen2.5-0.5b", 494_032_768),       // measured (tests/data)
-            ("qwen2.5-7b", 7_615_616_512),       // Qwen model card: 7.61B
-            ("qwen2.5-72b", 72_706_203_648),     // Qwen model card: 72.7B
-            ("deepseek-v3", 671_026_419_200),    // HF numel without the MTP layer
+            ("gpt2", 124_439_808),              // measured (tests/data)
+            ("gpt2-medium", 354_823_168),       // HF model card / numel
+            ("gpt2-large", 774_030_080),        // numel
+            ("gpt2-xl", 1_557_611_200),         // numel
+            ("llama3.2-1b", 1_235_814_400),     // measured (tests/data)
+            ("llama3.2-3b", 3_212_749_824),     // measured (tests/data)
+            ("llama2-7b", 6_738_415_616),       // Meta: 6.74B
+            ("llama2-13b", 13_015_864_320),     // numel
+            ("llama2-70b", 68_976_648_192),     // numel
+            ("llama3.1-8b", 8_030_261_248),     // numel
+            ("llama3.1-70b", 70_553_706_496),   // numel
+            ("llama3.1-405b", 405_853_388_800), // numel
+            ("mistral-7b", 7_241_732_096),      // numel
+            ("mixtral-8x7b", 46_702_792_704),   // numel
+            ("qwen2.5-0.5b", 494_032_768),      // measured (tests/data)
+            ("qwen2.5-7b", 7_615_616_512),      // Qwen model card: 7.61B
+            ("qwen2.5-72b", 72_706_203_648),    // Qwen model card: 72.7B
+            ("deepseek-v3", 671_026_419_200),   // HF numel without the MTP layer
         ];
         for (name, want) in cases {
             let a = presets::find(name).unwrap().arch;

@@ -62,7 +62,13 @@ pub struct Estimate {
 /// median of `peak_reserved / peak_step − 1` over the calibration runs (7 %, spread 1–20 %).
 pub const ALLOCATOR_RESERVE_FRACTION: f64 = 0.07;
 
-const COMPONENTS: [&str; 5] = ["activations", "logits", "weight_copies", "gradients", "temporaries"];
+const COMPONENTS: [&str; 5] = [
+    "activations",
+    "logits",
+    "weight_copies",
+    "gradients",
+    "temporaries",
+];
 
 /// Estimate a scenario.
 pub fn estimate(s: &Scenario) -> Result<Estimate> {
@@ -94,8 +100,15 @@ pub fn estimate(s: &Scenario) -> Result<Estimate> {
         None => {
             notes.push("only a parameter count was given: activations, logits and the KV cache are not modelled".into());
             let total = if train { base + grads } else { weights };
-            timeline.push(Point { phase: "model states".into(), bytes: total as u64 });
-            (total, "model states".to_string(), Bytes::of(Cat::Gradients, if train { grads } else { 0.0 }))
+            timeline.push(Point {
+                phase: "model states".into(),
+                bytes: total as u64,
+            });
+            (
+                total,
+                "model states".to_string(),
+                Bytes::of(Cat::Gradients, if train { grads } else { 0.0 }),
+            )
         }
         Some(a) => {
             if a.mla.is_some() {
@@ -132,7 +145,8 @@ pub fn estimate(s: &Scenario) -> Result<Estimate> {
         components.insert("kv_cache".to_string(), kv_at_peak.round() as u64);
     }
     let peak_bytes: u64 = components.values().sum();
-    let reserve = (peak_bytes as f64 * ALLOCATOR_RESERVE_FRACTION / 2097152.0).ceil() as u64 * 2097152;
+    let reserve =
+        (peak_bytes as f64 * ALLOCATOR_RESERVE_FRACTION / 2097152.0).ceil() as u64 * 2097152;
     let device = peak_bytes + reserve + CUDA_CONTEXT_BYTES;
     let headroom = s.capacity_bytes as i64 - device as i64;
     let p = match arch {
@@ -151,7 +165,8 @@ pub fn estimate(s: &Scenario) -> Result<Estimate> {
         peak_bytes,
         peak_phase: phase,
         components,
-        model_states_bytes: (weights + master + optim + if train { grads } else { 0.0 }).round() as u64,
+        model_states_bytes: (weights + master + optim + if train { grads } else { 0.0 }).round()
+            as u64,
         weights_bytes: weights.round() as u64,
         master_weights_bytes: master.round() as u64,
         gradients_bytes: if train { grads.round() as u64 } else { 0 },
@@ -202,14 +217,19 @@ impl ModelStates {
                     .iter()
                     .map(|&(k, r, c)| k as f64 * opt.state_bytes(r, c, state_dtype))
                     .sum();
-                let weights = if p.weights.is_float_compute() || arch.is_none() {
-                    nf * p.weights.bytes()
-                } else {
-                    quantized_weights(arch.expect("arch"), p.weights, p.compute())
+                let weights = match arch {
+                    Some(a) if !p.weights.is_float_compute() => {
+                        quantized_weights(a, p.weights, p.compute())
+                    }
+                    _ => nf * p.weights.bytes(),
                 };
                 ModelStates {
                     weights,
-                    master: if train { p.master.map_or(0.0, |m| nf * m.bytes()) } else { 0.0 },
+                    master: if train {
+                        p.master.map_or(0.0, |m| nf * m.bytes())
+                    } else {
+                        0.0
+                    },
                     grads: if train { nf * p.grads.bytes() } else { 0.0 },
                     optimizer: if train { optimizer } else { 0.0 },
                     trainable_params: if train { n } else { 0 },
@@ -264,7 +284,10 @@ fn param_tensors(a: &Architecture) -> Vec<(u64, u64, u64)> {
         for (_, l) in a.mlp_linears(m.expert_intermediate) {
             lin(moe_layers * (m.experts + m.shared_experts), l);
         }
-        lin(moe_layers, crate::arch::Linear::new(a.hidden, m.experts, false));
+        lin(
+            moe_layers,
+            crate::arch::Linear::new(a.hidden, m.experts, false),
+        );
     }
     v.push((1, a.vocab, a.hidden));
     if !a.tied_embeddings {
@@ -285,8 +308,16 @@ fn param_tensors(a: &Architecture) -> Vec<(u64, u64, u64)> {
 fn lora_params(a: &Architecture, targets: &[String], r: u64) -> Vec<(u64, u64, u64)> {
     let mut v = Vec::new();
     let dense = a.moe.as_ref().map_or(a.layers, |m| m.first_dense_layers);
-    let mut mods = a.attention_linears().into_iter().map(|(n, l)| (n, l, a.layers)).collect::<Vec<_>>();
-    mods.extend(a.mlp_linears(a.intermediate).into_iter().map(|(n, l)| (n, l, dense)));
+    let mut mods = a
+        .attention_linears()
+        .into_iter()
+        .map(|(n, l)| (n, l, a.layers))
+        .collect::<Vec<_>>();
+    mods.extend(
+        a.mlp_linears(a.intermediate)
+            .into_iter()
+            .map(|(n, l)| (n, l, dense)),
+    );
     for (n, l, k) in mods {
         if targets.iter().any(|t| t == n) {
             v.push((k, r, l.inp));
@@ -333,7 +364,11 @@ fn stretches(ctx: &Ctx<'_>, mode: tape::Mode) -> Stretches {
     let resid = if ctx.autocast { DType::F32 } else { ctx.c };
     let layer = |moe: bool| -> Profile {
         let mut b = Builder::new(ctx);
-        let x = b.input(ctx.t * h, resid, first_rg || ctx.train && matches!(ctx.finetune, Finetune::Full));
+        let x = b.input(
+            ctx.t * h,
+            resid,
+            first_rg || ctx.train && matches!(ctx.finetune, Finetune::Full),
+        );
         b.decoder_layer(x, moe);
         for k in b.kv.clone() {
             b.tape.keep(k);
@@ -347,14 +382,20 @@ fn stretches(ctx: &Ctx<'_>, mode: tape::Mode) -> Stretches {
     post.head(x);
     let post_p = post.tape.run(tape::Mode::Normal.or_nograd(mode));
     // The layer input is freed during the layer's forward unless a saved tensor is it.
-    let input_freed = dense.fwd_delta.total() < dense.out_bytes - 1.0 || a.learned_positions.is_some() || !ctx.train;
+    let input_freed = dense.fwd_delta.total() < dense.out_bytes - 1.0
+        || a.learned_positions.is_some()
+        || !ctx.train;
     let _ = first_bytes;
     Stretches {
         pre: pre_p,
         dense,
         moe,
         post: post_p,
-        embeds_hold: if input_freed { ctx.t * h * if ctx.autocast { 4.0 } else { ctx.c.bytes() } } else { 0.0 },
+        embeds_hold: if input_freed {
+            ctx.t * h * if ctx.autocast { 4.0 } else { ctx.c.bytes() }
+        } else {
+            0.0
+        },
     }
 }
 
@@ -395,20 +436,45 @@ impl Run {
     }
 }
 
-fn train_step(s: &Scenario, a: &Architecture, base: f64, grads: f64, grads_full: f64, tl: &mut Vec<Point>) -> (f64, String, Bytes) {
+fn train_step(
+    s: &Scenario,
+    a: &Architecture,
+    base: f64,
+    grads: f64,
+    grads_full: f64,
+    tl: &mut Vec<Point>,
+) -> (f64, String, Bytes) {
     let ctx = Ctx::new(s, a, true);
-    let mode = if s.recompute == Recompute::Full { tape::Mode::Checkpointed } else { tape::Mode::Normal };
+    let mode = if s.recompute == Recompute::Full {
+        tape::Mode::Checkpointed
+    } else {
+        tape::Mode::Normal
+    };
     let st = stretches(&ctx, mode);
     let dense_n = a.moe.as_ref().map_or(a.layers, |m| m.first_dense_layers);
     let moe_n = a.layers - dense_n;
-    let mut r = Run { cur: Bytes::default(), peak: Bytes::default(), phase: "start".into() };
-    let point = |tl: &mut Vec<Point>, name: &str, b: &Bytes| tl.push(Point { phase: name.into(), bytes: (base + b.total()).round() as u64 });
+    let mut r = Run {
+        cur: Bytes::default(),
+        peak: Bytes::default(),
+        phase: "start".into(),
+    };
+    let point = |tl: &mut Vec<Point>, name: &str, b: &Bytes| {
+        tl.push(Point {
+            phase: name.into(),
+            bytes: (base + b.total()).round() as u64,
+        })
+    };
     point(tl, "start of step", &r.cur);
     // Forward.
     r.at(st.pre.fwd_peak, || "forward: embedding".into());
     r.cur = r.cur.plus(st.pre.fwd_delta);
     r.cur.add(Cat::Activations, st.embeds_hold);
-    r.repeat(dense_n, st.dense.fwd_delta, st.dense.fwd_peak, "forward: layer");
+    r.repeat(
+        dense_n,
+        st.dense.fwd_delta,
+        st.dense.fwd_peak,
+        "forward: layer",
+    );
     if let Some(m) = &st.moe {
         r.repeat(moe_n, m.fwd_delta, m.fwd_peak, "forward: MoE layer");
     }
@@ -417,16 +483,29 @@ fn train_step(s: &Scenario, a: &Architecture, base: f64, grads: f64, grads_full:
     r.cur = r.cur.plus(st.post.fwd_delta);
     // Leaving the forward: inputs_embeds dropped; autocast's cache cleared.
     r.cur.add(Cat::Activations, -st.embeds_hold);
-    let cached = st.dense.fwd_cached.scale(dense_n as f64).plus(st.moe.map_or(Bytes::default(), |m| m.fwd_cached.scale(moe_n as f64)));
+    let cached = st.dense.fwd_cached.scale(dense_n as f64).plus(
+        st.moe
+            .map_or(Bytes::default(), |m| m.fwd_cached.scale(moe_n as f64)),
+    );
     r.cur = r.cur.minus(cached);
     point(tl, "after forward", &r.cur);
     // Backward: head and loss, then layers top-down, then the embedding.
     r.at(st.post.bwd_peak, || "backward: logits and loss".into());
     r.cur = r.cur.plus(st.post.bwd_delta);
     if let Some(m) = &st.moe {
-        r.repeat(moe_n, m.bwd_delta, m.bwd_peak, "backward: MoE layer (from the top)");
+        r.repeat(
+            moe_n,
+            m.bwd_delta,
+            m.bwd_peak,
+            "backward: MoE layer (from the top)",
+        );
     }
-    r.repeat(dense_n, st.dense.bwd_delta, st.dense.bwd_peak, "backward: layer (from the top)");
+    r.repeat(
+        dense_n,
+        st.dense.bwd_delta,
+        st.dense.bwd_peak,
+        "backward: layer (from the top)",
+    );
     r.at(st.pre.bwd_peak, || "backward: embedding".into());
     r.cur = r.cur.plus(st.pre.bwd_delta);
     // ZeRO-2/3 keep only this rank's shard of the gradients.
@@ -443,7 +522,9 @@ fn train_step(s: &Scenario, a: &Architecture, base: f64, grads: f64, grads_full:
         Optimizer::Adam8bit => largest_param(a) as f64 * 4.0 * 2.0,
         _ => 0.0,
     };
-    r.at(Bytes::of(Cat::Temporaries, opt_temp), || "optimizer step".into());
+    r.at(Bytes::of(Cat::Temporaries, opt_temp), || {
+        "optimizer step".into()
+    });
     r.cur = Bytes::default();
     point(tl, "end of step", &r.cur);
     let phase = r.phase.clone();
@@ -451,21 +532,42 @@ fn train_step(s: &Scenario, a: &Architecture, base: f64, grads: f64, grads_full:
 }
 
 fn largest_param(a: &Architecture) -> u64 {
-    param_tensors(a).iter().map(|t| t.1 * t.2).max().unwrap_or(0)
+    param_tensors(a)
+        .iter()
+        .map(|t| t.1 * t.2)
+        .max()
+        .unwrap_or(0)
 }
 
 /// generate(): prefill under no_grad with the KV cache filling, then decode steps.
-fn inference(s: &Scenario, a: &Architecture, weights: f64, tl: &mut Vec<Point>) -> (f64, String, f64, Bytes) {
+fn inference(
+    s: &Scenario,
+    a: &Architecture,
+    weights: f64,
+    tl: &mut Vec<Point>,
+) -> (f64, String, f64, Bytes) {
     let ctx = Ctx::new(s, a, false);
     let st = stretches(&ctx, tape::Mode::NoGrad);
     let dense_n = a.moe.as_ref().map_or(a.layers, |m| m.first_dense_layers);
     let moe_n = a.layers - dense_n;
-    let mut r = Run { cur: Bytes::default(), peak: Bytes::default(), phase: "start".into() };
-    tl.push(Point { phase: "weights".into(), bytes: weights as u64 });
+    let mut r = Run {
+        cur: Bytes::default(),
+        peak: Bytes::default(),
+        phase: "start".into(),
+    };
+    tl.push(Point {
+        phase: "weights".into(),
+        bytes: weights as u64,
+    });
     r.at(st.pre.fwd_peak, || "prefill: embedding".into());
     r.cur = r.cur.plus(st.pre.fwd_delta);
     r.cur.add(Cat::Activations, st.embeds_hold);
-    r.repeat(dense_n, st.dense.fwd_delta, st.dense.fwd_peak, "prefill: layer");
+    r.repeat(
+        dense_n,
+        st.dense.fwd_delta,
+        st.dense.fwd_peak,
+        "prefill: layer",
+    );
     if let Some(m) = &st.moe {
         r.repeat(moe_n, m.fwd_delta, m.fwd_peak, "prefill: MoE layer");
     }
@@ -474,7 +576,10 @@ fn inference(s: &Scenario, a: &Architecture, weights: f64, tl: &mut Vec<Point>) 
     let kv_len = (s.seq + s.new_tokens.max(1) - 1) as f64;
     let kv_final = a.layers as f64 * s.batch as f64 * kv_len * kv_elem;
     let kv_prefill = a.layers as f64 * ctx.t * kv_elem;
-    tl.push(Point { phase: "after prefill (KV cache filled)".into(), bytes: (weights + kv_prefill).round() as u64 });
+    tl.push(Point {
+        phase: "after prefill (KV cache filled)".into(),
+        bytes: (weights + kv_prefill).round() as u64,
+    });
     // Decode: the cache grows by concatenation (a layer's keys or values exist twice for a
     // moment), plus one token's activations and fp32 logits.
     let per_layer = s.batch as f64 * kv_len * kv_elem / 2.0;
@@ -485,7 +590,10 @@ fn inference(s: &Scenario, a: &Architecture, weights: f64, tl: &mut Vec<Point>) 
     let prefill_peak = r.peak.total();
     let peak = if s.new_tokens > 0 && decode > prefill_peak {
         phase = "decode: last token".into();
-        at_peak = Bytes::of(Cat::Temporaries, per_layer + s.batch as f64 * a.vocab as f64 * (ctx.c.bytes() + 4.0));
+        at_peak = Bytes::of(
+            Cat::Temporaries,
+            per_layer + s.batch as f64 * a.vocab as f64 * (ctx.c.bytes() + 4.0),
+        );
         decode
     } else {
         // Separate the cache from the activations at the prefill peak.
@@ -493,6 +601,9 @@ fn inference(s: &Scenario, a: &Architecture, weights: f64, tl: &mut Vec<Point>) 
         at_peak.0[Cat::Activations as usize] -= kv_at;
         prefill_peak
     };
-    tl.push(Point { phase: "end of generation".into(), bytes: (weights + kv_final).round() as u64 });
+    tl.push(Point {
+        phase: "end of generation".into(),
+        bytes: (weights + kv_final).round() as u64,
+    });
     (weights + peak, phase, kv_final, at_peak)
 }

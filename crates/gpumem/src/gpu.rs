@@ -12,15 +12,42 @@ pub struct Gpu {
 const MIB: u64 = 1 << 20;
 
 pub const GPUS: &[Gpu] = &[
-    Gpu { name: "H100-80GB", capacity_bytes: 85_017_493_504 },
-    Gpu { name: "H200", capacity_bytes: (143_771 - 479) * MIB },
-    Gpu { name: "B200", capacity_bytes: (183_359 - 479) * MIB },
-    Gpu { name: "A100-80GB", capacity_bytes: (81_920 - 479) * MIB },
-    Gpu { name: "A100-40GB", capacity_bytes: (40_960 - 479) * MIB },
-    Gpu { name: "L4", capacity_bytes: (23_034 - 479) * MIB },
-    Gpu { name: "RTX-4090", capacity_bytes: (24_564 - 479) * MIB },
-    Gpu { name: "RTX-3090", capacity_bytes: (24_576 - 479) * MIB },
-    Gpu { name: "V100-32GB", capacity_bytes: (32_768 - 479) * MIB },
+    Gpu {
+        name: "H100-80GB",
+        capacity_bytes: 85_017_493_504,
+    },
+    Gpu {
+        name: "H200",
+        capacity_bytes: (143_771 - 479) * MIB,
+    },
+    Gpu {
+        name: "B200",
+        capacity_bytes: (183_359 - 479) * MIB,
+    },
+    Gpu {
+        name: "A100-80GB",
+        capacity_bytes: (81_920 - 479) * MIB,
+    },
+    Gpu {
+        name: "A100-40GB",
+        capacity_bytes: (40_960 - 479) * MIB,
+    },
+    Gpu {
+        name: "L4",
+        capacity_bytes: (23_034 - 479) * MIB,
+    },
+    Gpu {
+        name: "RTX-4090",
+        capacity_bytes: (24_564 - 479) * MIB,
+    },
+    Gpu {
+        name: "RTX-3090",
+        capacity_bytes: (24_576 - 479) * MIB,
+    },
+    Gpu {
+        name: "V100-32GB",
+        capacity_bytes: (32_768 - 479) * MIB,
+    },
 ];
 
 /// The CUDA context PyTorch creates (cuBLAS/cuDNN handles, kernels): measured on the H100
@@ -32,7 +59,9 @@ pub fn find(name: &str) -> Option<Gpu> {
     let n = norm(name);
     GPUS.iter().copied().find(|g| {
         let g_n = norm(g.name);
-        g_n == n || g_n.trim_end_matches("gb") == n || (n == "h100" && g.name == "H100-80GB")
+        g_n == n
+            || g_n.trim_end_matches("gb") == n
+            || (n == "h100" && g.name == "H100-80GB")
             || (n == "a100" && g.name == "A100-80GB")
     })
 }

@@ -158,7 +158,14 @@ impl<'c, 'a> Builder<'c, 'a> {
         self.op_saving_output_tmp(inputs, elems, d, cat, 0.0)
     }
 
-    fn op_saving_output_tmp(&mut self, inputs: &[Tid], elems: f64, d: DType, cat: Cat, bwd_temp: f64) -> Tid {
+    fn op_saving_output_tmp(
+        &mut self,
+        inputs: &[Tid],
+        elems: f64,
+        d: DType,
+        cat: Cat,
+        bwd_temp: f64,
+    ) -> Tid {
         let t = self.op_spec(
             OpSpec {
                 inputs,
@@ -419,14 +426,28 @@ impl<'c, 'a> Builder<'c, 'a> {
 
     /// The attention core over q (heads × dq), k (kv_heads × dq), v (kv_heads × dv); returns
     /// the output as `[tokens, heads × dv]`.
-    fn attention_core(&mut self, q: Tid, k: Tid, v: Tid, heads: u64, kv_heads: u64, dq: u64, dv: u64) -> Tid {
+    #[allow(clippy::too_many_arguments)]
+    fn attention_core(
+        &mut self,
+        q: Tid,
+        k: Tid,
+        v: Tid,
+        heads: u64,
+        kv_heads: u64,
+        dq: u64,
+        dv: u64,
+    ) -> Tid {
         let ctx = self.ctx;
         let (t, b, s) = (ctx.t, ctx.batch, ctx.seq);
         let c = ctx.c;
         let (hq, hk) = (heads as f64, kv_heads as f64);
         let out_elems = t * hq * dv as f64;
         let scores = b * hq * s * s;
-        let p_drop = if ctx.train { ctx.arch.dropout.attn } else { 0.0 };
+        let p_drop = if ctx.train {
+            ctx.arch.dropout.attn
+        } else {
+            0.0
+        };
         let selective = ctx.recompute == Recompute::Selective && ctx.train;
         // Inputs under autocast are cast to the compute dtype by sdpa/matmul.
         let q = self.cast(q, t * hq * dq as f64, c);
@@ -486,7 +507,17 @@ impl<'c, 'a> Builder<'c, 'a> {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn eager_attention(&mut self, q: Tid, k: Tid, v: Tid, heads: u64, kv_heads: u64, dq: u64, dv: u64, p_drop: f64) -> Tid {
+    fn eager_attention(
+        &mut self,
+        q: Tid,
+        k: Tid,
+        v: Tid,
+        heads: u64,
+        kv_heads: u64,
+        dq: u64,
+        dv: u64,
+        p_drop: f64,
+    ) -> Tid {
         let ctx = self.ctx;
         let (t, b, s, c) = (ctx.t, ctx.batch, ctx.seq, ctx.c);
         let hq = heads as f64;
@@ -540,7 +571,9 @@ impl<'c, 'a> Builder<'c, 'a> {
                 for &p in &parts {
                     self.reg(p, ctx.c);
                 }
-                let core = self.attention_core(parts[0], parts[1], parts[2], a.heads, a.heads, a.head_dim, a.head_dim);
+                let core = self.attention_core(
+                    parts[0], parts[1], parts[2], a.heads, a.heads, a.head_dim, a.head_dim,
+                );
                 let proj = self.linear(core, lin[1].1, lin[1].0, t);
                 self.dropout(proj, t * h, a.dropout.resid)
             }
@@ -554,7 +587,8 @@ impl<'c, 'a> Builder<'c, 'a> {
                     self.kv.push(k);
                     self.kv.push(v);
                 }
-                let core = self.attention_core(q, k, v, a.heads, a.kv_heads, a.head_dim, a.head_dim);
+                let core =
+                    self.attention_core(q, k, v, a.heads, a.kv_heads, a.head_dim, a.head_dim);
                 self.linear(core, lin[3].1, lin[3].0, t)
             }
         };
@@ -562,7 +596,12 @@ impl<'c, 'a> Builder<'c, 'a> {
     }
 
     /// DeepSeek's multi-head latent attention (transformers `DeepseekV3Attention`).
-    fn mla_attention(&mut self, y: Tid, lin: &[(&'static str, Linear)], m: crate::arch::Mla) -> Tid {
+    fn mla_attention(
+        &mut self,
+        y: Tid,
+        lin: &[(&'static str, Linear)],
+        m: crate::arch::Mla,
+    ) -> Tid {
         let ctx = self.ctx;
         let a = ctx.arch;
         let t = ctx.t;
@@ -658,7 +697,12 @@ impl<'c, 'a> Builder<'c, 'a> {
         // Router: linear to expert logits, fp32 softmax (saved), top-k.
         let router = Linear::new(a.hidden, m.experts, false);
         let logits = self.linear(y, router, "gate", t);
-        let probs = self.op_saving_output(&[logits], t * m.experts as f64, DType::F32, Cat::Activations);
+        let probs = self.op_saving_output(
+            &[logits],
+            t * m.experts as f64,
+            DType::F32,
+            Cat::Activations,
+        );
         let weights = self.op(&[probs], t * m.top_k as f64, c, &[]);
         let groups = m.experts.min(8);
         let per_group = m.experts / groups;
@@ -755,11 +799,19 @@ impl<'c, 'a> Builder<'c, 'a> {
         let ids = self.input(t, DType::F32, false);
         let trainable = ctx.base_trainable();
         // Embedding weights keep the parameter dtype (embedding is not an autocast op).
-        let ed = if ctx.autocast { DType::F32 } else { emb_dtype(ctx) };
+        let ed = if ctx.autocast {
+            DType::F32
+        } else {
+            emb_dtype(ctx)
+        };
         let vh = (a.vocab * a.hidden) as f64 * ctx.g.bytes();
         // Tied: the head's grad was created first; the embedding's dense grad is summed
         // into it (a transient). Untied: it becomes the .grad.
-        let (pg, bt) = if a.tied_embeddings { (0.0, vh) } else { (vh, 0.0) };
+        let (pg, bt) = if a.tied_embeddings {
+            (0.0, vh)
+        } else {
+            (vh, 0.0)
+        };
         let e = self.op_spec(
             OpSpec {
                 inputs: &[ids],
@@ -833,7 +885,8 @@ impl<'c, 'a> Builder<'c, 'a> {
                         out_bytes: t * h * ctx.c.bytes(),
                         weights_rg: trainable,
                         param_grads: a.vocab as f64 * h * ctx.g.bytes(),
-                        fwd_temp: chunk * v * (ctx.c.bytes() + 8.0) + a.vocab as f64 * h * ctx.g.bytes(),
+                        fwd_temp: chunk * v * (ctx.c.bytes() + 8.0)
+                            + a.vocab as f64 * h * ctx.g.bytes(),
                         ..OpSpec::default()
                     },
                     ctx.c,

@@ -131,12 +131,10 @@ pub fn parse_hf_config(v: &Value, at: &str) -> Result<Architecture> {
     let o = Obj::new(v, at)?;
     let model_type = match o.str_opt("model_type")? {
         Some(t) => t.to_ascii_lowercase(),
-        None => {
-            return Err(Error::new(
-                o.path("model_type"),
-                "is required but missing (one of: gpt2, llama, mistral, qwen2, mixtral, deepseek_v3)",
-            ))
-        }
+        None => return Err(Error::new(
+            o.path("model_type"),
+            "is required but missing (one of: gpt2, llama, mistral, qwen2, mixtral, deepseek_v3)",
+        )),
     };
     let arch = match model_type.as_str() {
         "gpt2" => parse_gpt2(&o)?,
@@ -408,11 +406,17 @@ mod tests {
 
     #[test]
     fn explicit_fields_use_short_names_in_errors() {
-        let e = parse_explicit(&json!({"hidden": 64, "layers": 2, "heads": 3, "intermediate": 128, "vocab": 100}), "model")
-            .unwrap_err();
+        let e = parse_explicit(
+            &json!({"hidden": 64, "layers": 2, "heads": 3, "intermediate": 128, "vocab": 100}),
+            "model",
+        )
+        .unwrap_err();
         assert_eq!(e.field, "model.head_dim");
-        let e = parse_explicit(&json!({"hidden": 64, "layers": -2, "heads": 4, "intermediate": 128, "vocab": 100}), "model")
-            .unwrap_err();
+        let e = parse_explicit(
+            &json!({"hidden": 64, "layers": -2, "heads": 4, "intermediate": 128, "vocab": 100}),
+            "model",
+        )
+        .unwrap_err();
         assert_eq!(e.field, "model.layers");
     }
 }

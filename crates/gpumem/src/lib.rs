@@ -4,14 +4,14 @@
 pub mod arch;
 pub mod dtype;
 pub mod error;
-pub mod hf;
-pub mod presets;
-pub mod tape;
 pub mod estimate;
 pub mod gpu;
 pub mod graph;
+pub mod hf;
 pub mod precision;
+pub mod presets;
 pub mod scenario;
+pub mod tape;
 
 pub use error::{Error, Result};
 pub use estimate::{estimate, Estimate};

@@ -155,14 +155,20 @@ impl Precision {
                 if !(p.activations.is_float_compute() || p.activations == DType::F8) {
                     return Err(Error::new(
                         o.path("activations"),
-                        format!("activations cannot be {}: use fp32, bf16, fp16 or fp8", p.activations),
+                        format!(
+                            "activations cannot be {}: use fp32, bf16, fp16 or fp8",
+                            p.activations
+                        ),
                     ));
                 }
                 Ok(p)
             }
             other => Err(Error::new(
                 at,
-                format!("must be a recipe name or an object of dtypes, got {}", kind(other)),
+                format!(
+                    "must be a recipe name or an object of dtypes, got {}",
+                    kind(other)
+                ),
             )),
         }
     }
@@ -183,8 +189,14 @@ pub enum Optimizer {
 }
 
 impl Optimizer {
-    pub const NAMES: &'static [&'static str] =
-        &["adamw", "adam", "sgd", "sgd-momentum", "adafactor", "adamw-8bit"];
+    pub const NAMES: &'static [&'static str] = &[
+        "adamw",
+        "adam",
+        "sgd",
+        "sgd-momentum",
+        "adafactor",
+        "adamw-8bit",
+    ];
 
     pub fn parse(s: &str) -> Option<Optimizer> {
         Some(match s.to_ascii_lowercase().as_str() {

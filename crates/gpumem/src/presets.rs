@@ -127,7 +127,16 @@ pub fn all() -> Vec<Preset> {
             name,
             &[][..],
             "Qwen/Qwen2.5 config.json",
-            llama(h, l, a, kv, i, if tied { 151936 } else { 152064 }, tied, true),
+            llama(
+                h,
+                l,
+                a,
+                kv,
+                i,
+                if tied { 151936 } else { 152064 },
+                tied,
+                true,
+            ),
         )
     };
     let qwen = vec![
@@ -140,21 +149,96 @@ pub fn all() -> Vec<Preset> {
         qwen_small("qwen2.5-72b", 8192, 80, 64, 8, 29568, false),
     ];
     let mut v = vec![
-        p("gpt2", &["gpt2-124m", "gpt2-small"][..], "openai-community/gpt2 config.json", gpt2(768, 12, 12)),
-        p("gpt2-medium", &["gpt2-355m"][..], "openai-community/gpt2-medium config.json", gpt2(1024, 24, 16)),
-        p("gpt2-large", &["gpt2-774m"][..], "openai-community/gpt2-large config.json", gpt2(1280, 36, 20)),
-        p("gpt2-xl", &["gpt2-1.5b"][..], "openai-community/gpt2-xl config.json", gpt2(1600, 48, 25)),
-        p("llama2-7b", &[][..], "meta-llama/Llama-2-7b-hf config.json", llama(4096, 32, 32, 32, 11008, 32000, false, false)),
-        p("llama2-13b", &[][..], "meta-llama/Llama-2-13b-hf config.json", llama(5120, 40, 40, 40, 13824, 32000, false, false)),
-        p("llama2-70b", &[][..], "meta-llama/Llama-2-70b-hf config.json", llama(8192, 80, 64, 8, 28672, 32000, false, false)),
-        p("llama3.2-1b", &["llama3-1b"][..], "meta-llama/Llama-3.2-1B config.json", llama(2048, 16, 32, 8, 8192, 128256, true, false)),
-        p("llama3.2-3b", &["llama3-3b"][..], "meta-llama/Llama-3.2-3B config.json", llama(3072, 28, 24, 8, 8192, 128256, true, false)),
-        p("llama3.1-8b", &["llama3-8b", "llama3.3-8b"][..], "meta-llama/Llama-3.1-8B config.json", llama(4096, 32, 32, 8, 14336, 128256, false, false)),
-        p("llama3.1-70b", &["llama3-70b", "llama3.3-70b"][..], "meta-llama/Llama-3.1-70B config.json", llama(8192, 80, 64, 8, 28672, 128256, false, false)),
-        p("llama3.1-405b", &["llama3-405b"][..], "meta-llama/Llama-3.1-405B config.json", llama(16384, 126, 128, 8, 53248, 128256, false, false)),
-        p("mistral-7b", &["mistral-7b-v0.1"][..], "mistralai/Mistral-7B-v0.1 config.json", llama(4096, 32, 32, 8, 14336, 32000, false, false)),
-        p("mixtral-8x7b", &[][..], "mistralai/Mixtral-8x7B-v0.1 config.json", mixtral_8x7b()),
-        p("deepseek-v3", &[][..], "deepseek-ai/DeepSeek-V3 config.json (MTP layer not counted, as transformers loads it)", deepseek_v3()),
+        p(
+            "gpt2",
+            &["gpt2-124m", "gpt2-small"][..],
+            "openai-community/gpt2 config.json",
+            gpt2(768, 12, 12),
+        ),
+        p(
+            "gpt2-medium",
+            &["gpt2-355m"][..],
+            "openai-community/gpt2-medium config.json",
+            gpt2(1024, 24, 16),
+        ),
+        p(
+            "gpt2-large",
+            &["gpt2-774m"][..],
+            "openai-community/gpt2-large config.json",
+            gpt2(1280, 36, 20),
+        ),
+        p(
+            "gpt2-xl",
+            &["gpt2-1.5b"][..],
+            "openai-community/gpt2-xl config.json",
+            gpt2(1600, 48, 25),
+        ),
+        p(
+            "llama2-7b",
+            &[][..],
+            "meta-llama/Llama-2-7b-hf config.json",
+            llama(4096, 32, 32, 32, 11008, 32000, false, false),
+        ),
+        p(
+            "llama2-13b",
+            &[][..],
+            "meta-llama/Llama-2-13b-hf config.json",
+            llama(5120, 40, 40, 40, 13824, 32000, false, false),
+        ),
+        p(
+            "llama2-70b",
+            &[][..],
+            "meta-llama/Llama-2-70b-hf config.json",
+            llama(8192, 80, 64, 8, 28672, 32000, false, false),
+        ),
+        p(
+            "llama3.2-1b",
+            &["llama3-1b"][..],
+            "meta-llama/Llama-3.2-1B config.json",
+            llama(2048, 16, 32, 8, 8192, 128256, true, false),
+        ),
+        p(
+            "llama3.2-3b",
+            &["llama3-3b"][..],
+            "meta-llama/Llama-3.2-3B config.json",
+            llama(3072, 28, 24, 8, 8192, 128256, true, false),
+        ),
+        p(
+            "llama3.1-8b",
+            &["llama3-8b", "llama3.3-8b"][..],
+            "meta-llama/Llama-3.1-8B config.json",
+            llama(4096, 32, 32, 8, 14336, 128256, false, false),
+        ),
+        p(
+            "llama3.1-70b",
+            &["llama3-70b", "llama3.3-70b"][..],
+            "meta-llama/Llama-3.1-70B config.json",
+            llama(8192, 80, 64, 8, 28672, 128256, false, false),
+        ),
+        p(
+            "llama3.1-405b",
+            &["llama3-405b"][..],
+            "meta-llama/Llama-3.1-405B config.json",
+            llama(16384, 126, 128, 8, 53248, 128256, false, false),
+        ),
+        p(
+            "mistral-7b",
+            &["mistral-7b-v0.1"][..],
+            "mistralai/Mistral-7B-v0.1 config.json",
+            llama(4096, 32, 32, 8, 14336, 32000, false, false),
+        ),
+        p(
+            "mixtral-8x7b",
+            &[][..],
+            "mistralai/Mixtral-8x7B-v0.1 config.json",
+            mixtral_8x7b(),
+        ),
+        p(
+            "deepseek-v3",
+            &[][..],
+            "deepseek-ai/DeepSeek-V3 config.json (MTP layer not counted, as transformers loads it)",
+            deepseek_v3(),
+        ),
     ];
     v.extend(qwen);
     v

@@ -10,6 +10,7 @@ use crate::precision::{Optimizer, Precision};
 use crate::presets;
 
 #[derive(Clone, Debug, PartialEq)]
+#[allow(clippy::large_enum_variant)]
 pub enum Model {
     /// A full architecture: everything is modelled.
     Arch { name: String, arch: Architecture },
@@ -111,8 +112,16 @@ const MAX_TOKENS: u64 = 1 << 40;
 const MAX_GPUS: u64 = 1 << 20;
 
 pub const LORA_TARGETS: &[&str] = &[
-    "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "c_attn",
-    "c_proj", "c_fc",
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "o_proj",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
+    "c_attn",
+    "c_proj",
+    "c_fc",
 ];
 
 impl Scenario {
@@ -133,8 +142,7 @@ impl Scenario {
     }
 
     pub fn from_value(v: &Value) -> Result<Scenario> {
-        let o = Obj::new(v, "")
-            .map_err(|_| Error::new("scenario", "must be a JSON object"))?;
+        let o = Obj::new(v, "").map_err(|_| Error::new("scenario", "must be a JSON object"))?;
         let model = match o.get("model") {
             None => return Err(Error::new("model", "is required but missing")),
             Some(m) => parse_model(m)?,
@@ -166,7 +174,10 @@ impl Scenario {
         if batch * (seq + new_tokens) > MAX_TOKENS {
             return Err(Error::new(
                 "batch",
-                format!("batch × (seq + new_tokens) = {} tokens is beyond the supported 2^40", batch * (seq + new_tokens)),
+                format!(
+                    "batch × (seq + new_tokens) = {} tokens is beyond the supported 2^40",
+                    batch * (seq + new_tokens)
+                ),
             ));
         }
         let precision = match o.get("precision") {
@@ -197,7 +208,10 @@ impl Scenario {
                 other => {
                     return Err(Error::new(
                         "recompute",
-                        format!("must be none, selective or full, got '{}'", truncate(other, 20)),
+                        format!(
+                            "must be none, selective or full, got '{}'",
+                            truncate(other, 20)
+                        ),
                     ))
                 }
             },
@@ -217,7 +231,10 @@ impl Scenario {
             Some(s) => {
                 return Err(Error::new(
                     "attention",
-                    format!("must be 'flash' (sdpa) or 'eager', got '{}'", truncate(&s, 20)),
+                    format!(
+                        "must be 'flash' (sdpa) or 'eager', got '{}'",
+                        truncate(&s, 20)
+                    ),
                 ))
             }
         };
@@ -280,13 +297,16 @@ impl Scenario {
                 if need > n {
                     return Err(Error::new(
                         "seq",
-                        format!("{need} positions exceed the model's {n} learned position embeddings"),
+                        format!(
+                            "{need} positions exceed the model's {n} learned position embeddings"
+                        ),
                     ));
                 }
             }
         }
         let w = self.precision.weights;
-        let quantized_ok = matches!(self.finetune, Finetune::Lora(_)) || self.mode == Mode::Inference;
+        let quantized_ok =
+            matches!(self.finetune, Finetune::Lora(_)) || self.mode == Mode::Inference;
         if !w.is_float_compute() && !quantized_ok {
             return Err(Error::new(
                 "precision.weights",
@@ -325,13 +345,19 @@ fn parse_model(v: &Value) -> Result<Model> {
                     .unwrap_or_else(|| format!("{} (config.json)", arch.family.name()));
                 return Ok(Model::Arch { name, arch });
             }
-            if o.get("params").is_some() && o.get("hidden").is_none() && o.get("hidden_size").is_none() {
+            if o.get("params").is_some()
+                && o.get("hidden").is_none()
+                && o.get("hidden_size").is_none()
+            {
                 let n = o.u64_req("params")?;
                 if n == 0 {
                     return Err(Error::new("model.params", "must be at least 1"));
                 }
                 if n > 100_000_000_000_000 {
-                    return Err(Error::new("model.params", format!("{n} is beyond the supported 10^14")));
+                    return Err(Error::new(
+                        "model.params",
+                        format!("{n} is beyond the supported 10^14"),
+                    ));
                 }
                 return Ok(Model::Params(n));
             }
@@ -356,7 +382,10 @@ fn preset_model(name: &str, at: &str) -> Result<Model> {
         }),
         None => Err(Error::new(
             at,
-            format!("unknown preset '{}' (see `gpumem presets`)", truncate(name, 40)),
+            format!(
+                "unknown preset '{}' (see `gpumem presets`)",
+                truncate(name, 40)
+            ),
         )),
     }
 }
@@ -373,16 +402,25 @@ fn parse_finetune(v: &Value) -> Result<Finetune> {
         }
         Value::Object(m) if m.len() == 1 && (m.contains_key("lora") || m.contains_key("qlora")) => {
             let quantized = m.contains_key("qlora");
-            let key = if quantized { "finetune.qlora" } else { "finetune.lora" };
+            let key = if quantized {
+                "finetune.qlora"
+            } else {
+                "finetune.lora"
+            };
             let inner = m.values().next().expect("one entry");
             let o = Obj::new(inner, key)?;
             let rank = o.u64_opt("rank")?.unwrap_or(16);
             if rank == 0 || rank > 65536 {
-                return Err(Error::new(o.path("rank"), format!("must be between 1 and 65536, got {rank}")));
+                return Err(Error::new(
+                    o.path("rank"),
+                    format!("must be between 1 and 65536, got {rank}"),
+                ));
             }
             let targets = match o.get("targets") {
                 None => vec!["q_proj".to_string(), "v_proj".to_string()],
-                Some(Value::String(s)) if s == "all-linear" => LORA_TARGETS.iter().map(|s| s.to_string()).collect(),
+                Some(Value::String(s)) if s == "all-linear" => {
+                    LORA_TARGETS.iter().map(|s| s.to_string()).collect()
+                }
                 Some(Value::Array(a)) => {
                     let mut t = Vec::new();
                     for (i, x) in a.iter().enumerate() {
@@ -401,11 +439,18 @@ fn parse_finetune(v: &Value) -> Result<Finetune> {
                 Some(other) => {
                     return Err(Error::new(
                         o.path("targets"),
-                        format!("must be a list of module names or \"all-linear\", got {}", kind(other)),
+                        format!(
+                            "must be a list of module names or \"all-linear\", got {}",
+                            kind(other)
+                        ),
                     ))
                 }
             };
-            Ok(Finetune::Lora(Lora { rank, targets, quantized }))
+            Ok(Finetune::Lora(Lora {
+                rank,
+                targets,
+                quantized,
+            }))
         }
         _ => Err(Error::new(
             "finetune",
@@ -426,17 +471,26 @@ fn parse_parallel(v: &Value) -> Result<Parallel> {
     ] {
         let v = o.u64_opt(k)?.unwrap_or(1);
         if v == 0 || v > MAX_GPUS {
-            return Err(Error::new(o.path(k), format!("must be between 1 and {MAX_GPUS}, got {v}")));
+            return Err(Error::new(
+                o.path(k),
+                format!("must be between 1 and {MAX_GPUS}, got {v}"),
+            ));
         }
         *slot = v;
     }
     let total = p.dp * p.tp * p.pp * p.cp * p.ep;
     if total > MAX_GPUS {
-        return Err(Error::new("parallel", format!("{total} GPUs is beyond the supported {MAX_GPUS}")));
+        return Err(Error::new(
+            "parallel",
+            format!("{total} GPUs is beyond the supported {MAX_GPUS}"),
+        ));
     }
     let z = o.u64_opt("zero")?.unwrap_or(0);
     if z > 3 {
-        return Err(Error::new(o.path("zero"), format!("must be 0, 1, 2 or 3, got {z}")));
+        return Err(Error::new(
+            o.path("zero"),
+            format!("must be 0, 1, 2 or 3, got {z}"),
+        ));
     }
     p.zero = z as u8;
     Ok(p)
@@ -452,7 +506,11 @@ fn parse_gpu(v: &Value) -> Result<(String, u64)> {
                     format!(
                         "unknown GPU '{}' (one of: {}; or {{\"capacity_bytes\": N}})",
                         truncate(s, 30),
-                        gpu::GPUS.iter().map(|g| g.name).collect::<Vec<_>>().join(", ")
+                        gpu::GPUS
+                            .iter()
+                            .map(|g| g.name)
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     ),
                 )
             }),
@@ -465,11 +523,23 @@ fn parse_gpu(v: &Value) -> Result<(String, u64)> {
             }
             let c = o.u64_req("capacity_bytes")?;
             if !(1 << 20..=1 << 50).contains(&c) {
-                return Err(Error::new("gpu.capacity_bytes", format!("{c} is not a plausible device size")));
+                return Err(Error::new(
+                    "gpu.capacity_bytes",
+                    format!("{c} is not a plausible device size"),
+                ));
             }
-            let name = o.str_opt("name")?.map(|s| truncate(s, 30)).unwrap_or_else(|| "custom GPU".into());
+            let name = o
+                .str_opt("name")?
+                .map(|s| truncate(s, 30))
+                .unwrap_or_else(|| "custom GPU".into());
             Ok((name, c))
         }
-        other => Err(Error::new("gpu", format!("must be a GPU name or {{\"capacity_bytes\": N}}, got {}", kind(other)))),
+        other => Err(Error::new(
+            "gpu",
+            format!(
+                "must be a GPU name or {{\"capacity_bytes\": N}}, got {}",
+                kind(other)
+            ),
+        )),
     }
 }

@@ -420,7 +420,11 @@ impl Tape {
         }
         let keep = |s: usize| -> bool {
             let st = &self.storages[s];
-            saved[s] || Some(s) == out_storage || st.cached || st.kept || (hold_inputs && st.external)
+            saved[s]
+                || Some(s) == out_storage
+                || st.cached
+                || st.kept
+                || (hold_inputs && st.external)
         };
         let mut alive: Vec<bool> = self.storages.iter().map(|s| s.external).collect();
         let mut created = vec![false; n];
@@ -451,10 +455,10 @@ impl Tape {
                 }
             }
         }
-        for s in 0..n {
-            if alive[s] && self.storages[s].held && !keep(s) {
+        for (s, st) in self.storages.iter().enumerate() {
+            if alive[s] && st.held && !keep(s) {
                 alive[s] = false;
-                m.sub(self.storages[s].cat, self.storages[s].bytes);
+                m.sub(st.cat, st.bytes);
             }
         }
         (m, alive)

@@ -1,0 +1,162 @@
+//! Property tests: monotonicity, invariance, and parsers that never panic.
+
+use gpumem::{estimate, Scenario};
+use proptest::prelude::*;
+use serde_json::json;
+
+const PRESETS: &[&str] = &[
+    "gpt2",
+    "llama3.2-1b",
+    "qwen2.5-0.5b",
+    "mixtral-8x7b",
+    "llama3.1-8b",
+    "deepseek-v3",
+];
+const PRECISIONS: &[&str] = &["fp32", "bf16", "amp-bf16", "mixed-bf16"];
+
+fn peak(
+    model: &str,
+    batch: u64,
+    seq: u64,
+    precision: &str,
+    recompute: &str,
+    attention: &str,
+    mode: &str,
+) -> u64 {
+    let s = json!({"model": {"preset": model}, "batch": batch, "seq": seq, "precision": precision,
+                   "recompute": recompute, "attention": attention, "mode": mode, "new_tokens": 8});
+    estimate(&Scenario::from_value(&s).unwrap())
+        .unwrap()
+        .peak_bytes
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn peak_grows_with_batch_and_seq(m in 0..PRESETS.len(), p in 0..PRECISIONS.len(), b in 1u64..8, s in 1u64..1000,
+                                     eager in any::<bool>(), rc in 0..3usize, train in any::<bool>()) {
+        let (model, prec) = (PRESETS[m], PRECISIONS[p]);
+        let rc = ["none", "selective", "full"][rc];
+        let att = if eager { "eager" } else { "flash" };
+        let mode = if train { "train" } else { "inference" };
+        let base = peak(model, b, s, prec, rc, att, mode);
+        prop_assert!(peak(model, b + 1, s, prec, rc, att, mode) >= base);
+        prop_assert!(peak(model, b, s + 1, prec, rc, att, mode) >= base);
+    }
+
+    /// Recomputation never raises the peak by more than the checkpoint's own held input: with
+    /// a handful of tokens, where activations are negligible, the checkpoint keeps one
+    /// hidden-state tensor (b × s × h) that the un-checkpointed layer had freed — PyTorch
+    /// really does hold it. Beyond that, never higher.
+    #[test]
+    fn recomputation_never_raises_the_peak(m in 0..PRESETS.len(), p in 0..PRECISIONS.len(), b in 1u64..8, s in 1u64..1000, eager in any::<bool>()) {
+        let (model, prec) = (PRESETS[m], PRECISIONS[p]);
+        let att = if eager { "eager" } else { "flash" };
+        let none = peak(model, b, s, prec, "none", att, "train");
+        let hidden = gpumem::presets::find(model).unwrap().arch.hidden;
+        let held = b * s * hidden * 4;
+        prop_assert!(peak(model, b, s, prec, "full", att, "train") <= none + held);
+        prop_assert!(peak(model, b, s, prec, "selective", att, "train") <= none);
+    }
+
+    #[test]
+    fn a_smaller_dtype_never_raises_the_peak(m in 0..PRESETS.len(), b in 1u64..8, s in 1u64..1000, train in any::<bool>()) {
+        let mode = if train { "train" } else { "inference" };
+        let f32 = peak(PRESETS[m], b, s, "fp32", "none", "flash", mode);
+        let bf16 = peak(PRESETS[m], b, s, "bf16", "none", "flash", mode);
+        prop_assert!(bf16 <= f32);
+    }
+
+    #[test]
+    fn parameter_counts_do_not_depend_on_the_workload(m in 0..PRESETS.len(), b in 1u64..64, s in 1u64..1024) {
+        let e = |b: u64, s: u64| estimate(&Scenario::from_value(&json!({"model": PRESETS[m], "batch": b, "seq": s})).unwrap()).unwrap().params;
+        prop_assert_eq!(e(b, s), e(1, 1));
+    }
+
+    /// Arbitrary text never panics the scenario parser.
+    #[test]
+    fn scenario_parser_never_panics(text in ".{0,200}") {
+        let _ = gpumem::estimate_json(&text);
+    }
+
+    /// Hostile config.json objects (any integers, any floats) never panic the engine.
+    #[test]
+    fn hf_config_parser_never_panics(h in prop::num::i64::ANY, l in -3i64..300, a in -3i64..100, kv in -3i64..100,
+                                     v in prop::num::i64::ANY, i in prop::num::i64::ANY, t in 0..6usize, f in prop::num::f64::ANY) {
+        let ty = ["llama", "gpt2", "qwen2", "mixtral", "deepseek_v3", "bert"][t];
+        let cfg = json!({"model_type": ty, "hidden_size": h, "n_embd": h, "num_hidden_layers": l, "n_layer": l,
+            "num_attention_heads": a, "n_head": a, "num_key_value_heads": kv, "vocab_size": v, "intermediate_size": i,
+            "num_local_experts": kv, "num_experts_per_tok": a, "resid_pdrop": f, "kv_lora_rank": h, "qk_nope_head_dim": a,
+            "qk_rope_head_dim": kv, "v_head_dim": a, "moe_intermediate_size": i});
+        if let Ok(s) = Scenario::from_value(&json!({"model": {"hf_config": cfg}, "seq": 8})) {
+            let _ = estimate(&s);
+        }
+    }
+}
+
+#[test]
+fn absurd_sizes_are_rejected_not_overflowed() {
+    for s in [
+        json!({"model": {"params": 1e15}}),
+        json!({"model": "gpt2", "parallel": {"dp": 10_000_000}}),
+        json!({"model": "gpt2", "batch": 1e12}),
+        json!({"model": "gpt2", "batch": -1}),
+        json!({"model": {"hidden": 1u64 << 40, "layers": 2, "heads": 1, "intermediate": 4, "vocab": 10}}),
+        json!({"model": "gpt2", "precision": {"weights": "fp7"}}),
+        json!({"model": {"hf_config": {"model_type": "t5"}}}),
+    ] {
+        let e = Scenario::from_value(&s).unwrap_err();
+        assert!(!e.message.is_empty(), "{s}");
+    }
+}
+
+/// ZeRO paper (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion
+/// Parameter Models", Figure 1): Ψ = 7.5B, N_d = 64, K = 12 → 120 / 31.4 / 16.6 / 1.9 GB.
+#[test]
+fn zero_paper_figure_1() {
+    let expect = [(0, 120.0), (1, 31.4), (2, 16.6), (3, 1.9)];
+    for (zero, gb) in expect {
+        let s = json!({"model": {"params": 7.5e9}, "mode": "train", "precision": "mixed-bf16", "optimizer": "adam",
+                       "parallel": {"dp": 64, "zero": zero}});
+        let e = estimate(&Scenario::from_value(&s).unwrap()).unwrap();
+        let got = e.model_states_bytes as f64 / 1e9;
+        assert!((got - gb).abs() < 0.05, "ZeRO-{zero}: {got} GB vs {gb} GB");
+    }
+}
+
+/// KV cache bytes are exact: layers × 2 × kv_heads × head_dim × (seq + new − 1) × batch × 2.
+#[test]
+fn kv_cache_is_exact_for_presets() {
+    let s = json!({"model": "llama3.1-70b", "mode": "inference", "batch": 3, "seq": 1000, "new_tokens": 25});
+    let e = estimate(&Scenario::from_value(&s).unwrap()).unwrap();
+    assert_eq!(e.kv_cache_bytes, 80 * 2 * 8 * 128 * 1024 * 3 * 2);
+}
+
+/// LoRA trains only adapters: a tiny trainable count, no grads for the base.
+#[test]
+fn lora_and_qlora() {
+    let full =
+        estimate(&Scenario::from_value(&json!({"model": "llama3.1-8b", "seq": 1024})).unwrap())
+            .unwrap();
+    let lora = estimate(
+        &Scenario::from_value(&json!({"model": "llama3.1-8b", "seq": 1024,
+        "finetune": {"lora": {"rank": 16, "targets": ["q_proj", "v_proj"]}}}))
+        .unwrap(),
+    )
+    .unwrap();
+    let qlora = estimate(
+        &Scenario::from_value(&json!({"model": "llama3.1-8b", "seq": 1024,
+        "finetune": {"qlora": {"rank": 16, "targets": ["q_proj", "v_proj"]}}}))
+        .unwrap(),
+    )
+    .unwrap();
+    // peft: r × (in + out) per adapted matrix; q: 4096→4096, v: 4096→1024, 32 layers.
+    assert_eq!(
+        lora.trainable_params,
+        32 * 16 * ((4096 + 4096) + (4096 + 1024))
+    );
+    assert!(lora.peak_bytes < full.peak_bytes / 2);
+    assert!(qlora.weights_bytes < lora.weights_bytes / 2);
+    assert!(qlora.peak_bytes < lora.peak_bytes);
+}
