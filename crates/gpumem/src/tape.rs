@@ -313,10 +313,15 @@ impl Tape {
         views
     }
 
-    fn is_saved(&self, s: usize) -> bool {
-        self.ops
-            .iter()
-            .any(|o| o.saved.iter().any(|&t| self.tensors[t].storage == s))
+    /// Which storages some op saves.
+    fn saved_storages(&self) -> Vec<bool> {
+        let mut v = vec![false; self.storages.len()];
+        for o in &self.ops {
+            for &t in &o.saved {
+                v[self.tensors[t].storage] = true;
+            }
+        }
+        v
     }
 
     /// Replay forward then backward.
@@ -331,7 +336,8 @@ impl Tape {
         let (fm, alive_fwd) = self.forward(saving, mode == Mode::Checkpointed);
         prof.fwd_peak = fm.peak;
         prof.fwd_delta = fm.live;
-        prof.fwd_cached = self.cached_unsaved(&alive_fwd, saving);
+        let is_saved = self.saved_storages();
+        prof.fwd_cached = self.cached_unsaved(&alive_fwd, saving, &is_saved);
         if mode == Mode::NoGrad {
             return prof;
         }
@@ -351,7 +357,7 @@ impl Tape {
                 alive = alive_fwd;
                 m.live = fm.live.minus(prof.fwd_cached);
                 for (s, st) in self.storages.iter().enumerate() {
-                    if alive[s] && st.cached && !self.is_saved(s) {
+                    if alive[s] && st.cached && !is_saved[s] {
                         alive[s] = false;
                     }
                 }
@@ -391,10 +397,10 @@ impl Tape {
         prof
     }
 
-    fn cached_unsaved(&self, alive: &[bool], saving: bool) -> Bytes {
+    fn cached_unsaved(&self, alive: &[bool], saving: bool, is_saved: &[bool]) -> Bytes {
         let mut b = Bytes::default();
         for (s, st) in self.storages.iter().enumerate() {
-            if alive[s] && st.cached && !(saving && self.is_saved(s)) {
+            if alive[s] && st.cached && !(saving && is_saved[s]) {
                 b.add(st.cat, st.bytes);
             }
         }
@@ -471,6 +477,7 @@ impl Tape {
         let nt = self.tensors.len();
         let mut gbuf: Vec<(f64, u32)> = Vec::new();
         let mut grad_of: Vec<Option<usize>> = vec![None; nt];
+        // Storages released after each op's backward: those it is the earliest saver of.
         let mut first_saver = vec![None::<usize>; self.storages.len()];
         for (i, op) in self.ops.iter().enumerate() {
             for &t in op.saved.iter() {
@@ -478,6 +485,12 @@ impl Tape {
                 if first_saver[s].is_none() {
                     first_saver[s] = Some(i);
                 }
+            }
+        }
+        let mut release: Vec<Vec<usize>> = vec![Vec::new(); self.ops.len()];
+        for (s, fs) in first_saver.iter().enumerate() {
+            if let Some(i) = fs {
+                release[*i].push(s);
             }
         }
         if self.tensors[out].rg {
@@ -519,8 +532,8 @@ impl Tape {
                     }
                 }
             }
-            for (s, fs) in first_saver.iter().enumerate() {
-                if *fs == Some(i) && alive[s] && !self.storages[s].kept {
+            for &s in &release[i] {
+                if alive[s] && !self.storages[s].kept {
                     alive[s] = false;
                     m.sub(self.storages[s].cat, self.storages[s].bytes);
                 }
