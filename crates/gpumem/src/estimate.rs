@@ -375,7 +375,12 @@ fn stretches(ctx: &Ctx<'_>, mode: tape::Mode) -> Stretches {
         }
         b.tape.run(mode)
     };
-    let dense = layer(false);
+    let dense_n = a.moe.as_ref().map_or(a.layers, |m| m.first_dense_layers);
+    let dense = if dense_n > 0 {
+        layer(false)
+    } else {
+        Profile::default()
+    };
     let moe = a.moe.as_ref().map(|_| layer(true));
     let mut post = Builder::new(ctx);
     let x = post.input(ctx.t * h, resid, ctx.train);

@@ -502,6 +502,25 @@ impl<'c, 'a> Builder<'c, 'a> {
                 // (b, h, s, d) → (b, s, h·d): a contiguous copy.
                 self.op(&[o], out_elems, c, &[])
             }
+            (Attention::Eager, _) if selective => {
+                // Selective recomputation (Korthikanti et al. 2022, §5): the attention core
+                // keeps only q, k, v and its output; backward recomputes scores and
+                // probabilities (scores in the compute dtype, fp32 probabilities, their grads).
+                let s2 = scores * (2.0 * c.bytes() + 4.0 + 4.0);
+                let o = self.op_spec(
+                    OpSpec {
+                        inputs: &[q, k, v],
+                        out_bytes: out_elems * c.bytes(),
+                        saved: &[q, k, v],
+                        fwd_temp: s2,
+                        bwd_temp: s2,
+                        ..OpSpec::default()
+                    },
+                    c,
+                );
+                self.tape.save_self(o);
+                o
+            }
             (Attention::Eager, _) => self.eager_attention(q, k, v, heads, kv_heads, dq, dv, p_drop),
         }
     }
@@ -866,7 +885,19 @@ impl<'c, 'a> Builder<'c, 'a> {
             Loss::Standard => {
                 let logits = self.head_linear(y, head, t);
                 self.tape.keep(logits);
-                let l32 = self.cast(logits, t * v, DType::F32);
+                let l32 = if self.d(logits) == DType::F32 {
+                    logits
+                } else {
+                    self.op_spec(
+                        OpSpec {
+                            inputs: &[logits],
+                            out_bytes: t * v * 4.0,
+                            cat: Cat::Logits,
+                            ..OpSpec::default()
+                        },
+                        DType::F32,
+                    )
+                };
                 let ls = self.op_saving_output(&[l32], t * v, DType::F32, Cat::Logits);
                 let loss = self.op(&[ls], 1.0, DType::F32, &[]);
                 self.tape.set_output(loss);

@@ -110,11 +110,36 @@ struct Storage {
     cached: bool,
 }
 
+/// A short list of tensor ids kept inline (ops have at most a handful of each).
+#[derive(Clone, Copy, Debug, Default)]
+struct Ids {
+    n: u8,
+    v: [usize; 6],
+}
+
+impl Ids {
+    fn from(ts: &[Tid]) -> Ids {
+        assert!(ts.len() <= 6, "an op lists at most 6 tensors");
+        let mut x = Ids::default();
+        for &t in ts {
+            x.push(t);
+        }
+        x
+    }
+    fn push(&mut self, t: Tid) {
+        self.v[self.n as usize] = t;
+        self.n += 1;
+    }
+    fn iter(&self) -> impl Iterator<Item = &usize> + '_ {
+        self.v[..self.n as usize].iter()
+    }
+}
+
 #[derive(Clone, Debug, Default)]
 struct Op {
-    inputs: Vec<Tid>,
-    outputs: Vec<Tid>,
-    saved: Vec<Tid>,
+    inputs: Ids,
+    outputs: Ids,
+    saved: Ids,
     fwd_temp: f64,
     bwd_temp: f64,
     param_grads: f64,
@@ -259,10 +284,14 @@ impl Tape {
         let rg = spec.weights_rg || spec.inputs.iter().any(|&t| self.tensors[t].rg);
         let out = self.new_storage(spec.out_bytes, rg, false, spec.cat);
         // An op saves only what some grad needs: nothing when nothing requires grad.
-        let saved = if rg { spec.saved.to_vec() } else { Vec::new() };
+        let saved = if rg {
+            Ids::from(spec.saved)
+        } else {
+            Ids::default()
+        };
         self.ops.push(Op {
-            inputs: spec.inputs.to_vec(),
-            outputs: vec![out],
+            inputs: Ids::from(spec.inputs),
+            outputs: Ids::from(&[out]),
             saved,
             fwd_temp: spec.fwd_temp,
             bwd_temp: spec.bwd_temp,
@@ -279,10 +308,12 @@ impl Tape {
     /// A Python reference to `ts` ends here (a local going out of scope): they stay alive up
     /// to this point of the forward.
     pub fn touch(&mut self, ts: &[Tid]) {
-        self.ops.push(Op {
-            inputs: ts.to_vec(),
-            ..Op::default()
-        });
+        for chunk in ts.chunks(6) {
+            self.ops.push(Op {
+                inputs: Ids::from(chunk),
+                ..Op::default()
+            });
+        }
     }
 
     /// The op that just produced `t` also saves `t` itself (softmax, tanh, log_softmax).
@@ -306,8 +337,8 @@ impl Tape {
             })
             .collect();
         self.ops.push(Op {
-            inputs: vec![x],
-            outputs: views.clone(),
+            inputs: Ids::from(&[x]),
+            outputs: Ids::from(&views),
             ..Op::default()
         });
         views
@@ -317,7 +348,7 @@ impl Tape {
     fn saved_storages(&self) -> Vec<bool> {
         let mut v = vec![false; self.storages.len()];
         for o in &self.ops {
-            for &t in &o.saved {
+            for &t in o.saved.iter() {
                 v[self.tensors[t].storage] = true;
             }
         }
@@ -445,15 +476,8 @@ impl Tape {
                 }
             }
             m.mark(Bytes::of(Cat::Temporaries, op.fwd_temp));
-            let mut candidates: Vec<usize> = op
-                .inputs
-                .iter()
-                .chain(op.outputs.iter())
-                .map(|&t| self.tensors[t].storage)
-                .collect();
-            candidates.sort_unstable();
-            candidates.dedup();
-            for s in candidates {
+            for &t in op.inputs.iter().chain(op.outputs.iter()) {
+                let s = self.tensors[t].storage;
                 let used_later = last_use[s].is_some_and(|u| u > i);
                 if alive[s] && !used_later && !keep(s) && !self.storages[s].held {
                     alive[s] = false;
@@ -475,7 +499,12 @@ impl Tape {
     /// autograd does.
     fn backward(&self, alive: &mut [bool], m: &mut Meter, out: Tid) {
         let nt = self.tensors.len();
-        let mut gbuf: Vec<(f64, u32)> = Vec::new();
+        // (bytes, refs, category): the grad of a logits tensor counts as logits.
+        let mut gbuf: Vec<(f64, u32, Cat)> = Vec::new();
+        let grad_cat = |t: Tid| match self.storages[self.tensors[t].storage].cat {
+            Cat::Logits => Cat::Logits,
+            _ => Cat::Temporaries,
+        };
         let mut grad_of: Vec<Option<usize>> = vec![None; nt];
         // Storages released after each op's backward: those it is the earliest saver of.
         let mut first_saver = vec![None::<usize>; self.storages.len()];
@@ -487,19 +516,20 @@ impl Tape {
                 }
             }
         }
-        let mut release: Vec<Vec<usize>> = vec![Vec::new(); self.ops.len()];
-        for (s, fs) in first_saver.iter().enumerate() {
-            if let Some(i) = fs {
-                release[*i].push(s);
-            }
-        }
+        // (op, storage) pairs, walked from the last op down.
+        let mut release: Vec<(usize, usize)> = first_saver
+            .iter()
+            .enumerate()
+            .filter_map(|(s, fs)| fs.map(|i| (i, s)))
+            .collect();
+        release.sort_unstable();
         if self.tensors[out].rg {
-            gbuf.push((self.tensors[out].bytes, 1));
+            gbuf.push((self.tensors[out].bytes, 1, grad_cat(out)));
             grad_of[out] = Some(0);
         }
         for (i, op) in self.ops.iter().enumerate().rev() {
-            let incoming: Vec<usize> = op.outputs.iter().filter_map(|&t| grad_of[t]).collect();
-            if !incoming.is_empty() {
+            let incoming = op.outputs.iter().find_map(|&t| grad_of[t]);
+            if let Some(first_in) = incoming {
                 let mut temp = op.bwd_temp;
                 m.add(Cat::Gradients, op.param_grads);
                 for &t in op.inputs.iter() {
@@ -511,13 +541,13 @@ impl Tape {
                         (Some(_), true) => {}
                         (Some(_), false) => temp = temp.max(b),
                         (None, true) => {
-                            let g = incoming[0];
+                            let g = first_in;
                             gbuf[g].1 += 1;
                             grad_of[t] = Some(g);
                         }
                         (None, false) => {
-                            gbuf.push((b, 1));
-                            m.add(Cat::Temporaries, b);
+                            gbuf.push((b, 1, grad_cat(t)));
+                            m.add(grad_cat(t), b);
                             grad_of[t] = Some(gbuf.len() - 1);
                         }
                     }
@@ -527,12 +557,16 @@ impl Tape {
                     if let Some(g) = grad_of[t].take() {
                         gbuf[g].1 -= 1;
                         if gbuf[g].1 == 0 {
-                            m.sub(Cat::Temporaries, gbuf[g].0);
+                            m.sub(gbuf[g].2, gbuf[g].0);
                         }
                     }
                 }
             }
-            for &s in &release[i] {
+            while let Some(&(j, s)) = release.last() {
+                if j != i {
+                    break;
+                }
+                release.pop();
                 if alive[s] && !self.storages[s].kept {
                     alive[s] = false;
                     m.sub(self.storages[s].cat, self.storages[s].bytes);
