@@ -170,3 +170,39 @@ fn table_output_and_presets() {
         .iter()
         .any(|p| p["name"] == "llama3.1-405b" && p["params"] == 405_853_388_800u64));
 }
+
+#[test]
+fn hf_config_flag_reads_a_config_json() {
+    let dir = std::env::temp_dir();
+    let f = dir.join(format!("gpumem-cfg-{}.json", std::process::id()));
+    // Qwen2.5-0.5B's published config.json (abridged; unknown keys are ignored).
+    std::fs::write(
+        &f,
+        r#"{"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 896,
+            "intermediate_size": 4864, "num_hidden_layers": 24, "num_attention_heads": 14,
+            "num_key_value_heads": 2, "vocab_size": 151936, "tie_word_embeddings": true,
+            "rope_theta": 1000000.0, "torch_dtype": "bfloat16", "use_sliding_window": false}"#,
+    )
+    .unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_gpumem"))
+        .args([
+            "estimate",
+            "--json",
+            "--hf-config",
+            f.to_str().unwrap(),
+            "--seq",
+            "512",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["params"], 494_032_768u64);
+    std::fs::write(&f, r#"{"model_type": "llama", "hidden_size": 64}"#).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_gpumem"))
+        .args(["estimate", "--hf-config", f.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("model.hf_config.num_hidden_layers"));
+}

@@ -367,7 +367,9 @@ fn stretches(ctx: &Ctx<'_>, mode: tape::Mode) -> Stretches {
         let x = b.input(
             ctx.t * h,
             resid,
-            first_rg || ctx.train && matches!(ctx.finetune, Finetune::Full),
+            // From the second layer on the hidden state requires grad whenever anything is
+            // trained (LoRA adapters upstream); layer 0's frozen-embedding input is the exception.
+            first_rg || ctx.train,
         );
         b.decoder_layer(x, moe);
         for k in b.kv.clone() {

@@ -160,3 +160,96 @@ fn lora_and_qlora() {
     assert!(qlora.weights_bytes < lora.weights_bytes / 2);
     assert!(qlora.peak_bytes < lora.peak_bytes);
 }
+
+fn est(v: serde_json::Value) -> gpumem::Estimate {
+    estimate(&Scenario::from_value(&v).unwrap()).unwrap()
+}
+
+/// Optimizer state sizes from their definitions.
+#[test]
+fn optimizer_states() {
+    let p = 8_030_261_248f64; // llama3.1-8b
+    let adam = est(json!({"model": "llama3.1-8b", "precision": "fp32", "optimizer": "adamw"}));
+    assert_eq!(adam.optimizer_states_bytes as f64, 8.0 * p);
+    let sgd = est(json!({"model": "llama3.1-8b", "precision": "fp32", "optimizer": "sgd"}));
+    assert_eq!(sgd.optimizer_states_bytes, 0);
+    let mom =
+        est(json!({"model": "llama3.1-8b", "precision": "bf16", "optimizer": "sgd-momentum"}));
+    assert_eq!(mom.optimizer_states_bytes as f64, 2.0 * p);
+    // bitsandbytes 8-bit: 2 × (1 byte + fp32 absmax per 256) for big tensors, fp32 for small.
+    let b8 = est(json!({"model": "llama3.1-8b", "precision": "bf16", "optimizer": "adamw-8bit"}));
+    let per = b8.optimizer_states_bytes as f64 / p;
+    assert!((2.03..2.04).contains(&per), "{per}");
+    // Adafactor: row + column vectors per matrix: far below 1 % of Adam.
+    let af = est(json!({"model": "llama3.1-8b", "precision": "fp32", "optimizer": "adafactor"}));
+    assert!((af.optimizer_states_bytes as f64) < 0.01 * adam.optimizer_states_bytes as f64);
+    assert!(af.optimizer_states_bytes > 0);
+}
+
+/// Mixed precision keeps 16 bytes per parameter (2 + 2 + 12: ZeRO paper §3.1).
+#[test]
+fn mixed_precision_is_16_bytes_per_parameter() {
+    let e = est(json!({"model": "llama3.1-8b", "precision": "mixed-bf16", "optimizer": "adamw"}));
+    assert_eq!(e.model_states_bytes, 16 * 8_030_261_248);
+}
+
+/// The breakdown adds up to the peak, and the verdict weighs context and reserve.
+#[test]
+fn components_add_up_and_verdict_is_consistent() {
+    for v in [
+        json!({"model": "llama3.1-8b", "batch": 2, "seq": 4096}),
+        json!({"model": "mixtral-8x7b", "mode": "inference", "batch": 4, "seq": 2048, "new_tokens": 64, "gpu": "B200"}),
+        json!({"model": "gpt2", "batch": 8, "seq": 1024, "precision": "amp-bf16", "attention": "eager"}),
+        json!({"model": "qwen2.5-7b", "finetune": "qlora", "seq": 4096, "gpu": "RTX-4090"}),
+    ] {
+        let e = est(v.clone());
+        assert_eq!(e.components.values().sum::<u64>(), e.peak_bytes, "{v}");
+        assert_eq!(
+            e.device_bytes,
+            e.peak_bytes + e.allocator_reserve_bytes + e.cuda_context_bytes
+        );
+        assert_eq!(e.fits, e.device_bytes <= e.capacity_bytes, "{v}");
+        assert!(!e.peak_phase.is_empty());
+    }
+}
+
+/// DeepSeek-V3 inference: HF's cache keeps per-head keys (128 nope + 64 rope) and values (128).
+#[test]
+fn deepseek_v3_kv_cache_and_note() {
+    let e = est(
+        json!({"model": "deepseek-v3", "mode": "inference", "batch": 1, "seq": 1000, "new_tokens": 1,
+                       "precision": {"weights": "fp8", "activations": "bf16"}, "gpu": "B200"}),
+    );
+    assert_eq!(e.kv_cache_bytes, 61 * 128 * (192 + 128) * 2 * 1000);
+    assert!(e.notes.iter().any(|n| n.contains("MLA")));
+    assert_eq!(e.params, 671_026_419_200);
+}
+
+/// Inference weights: int4 is about a quarter of bf16 (embeddings and head stay bf16).
+#[test]
+fn quantised_inference_weights() {
+    let bf = est(json!({"model": "llama3.1-70b", "mode": "inference", "precision": "bf16"}));
+    let q4 = est(
+        json!({"model": "llama3.1-70b", "mode": "inference", "precision": {"weights": "int4", "activations": "bf16"}}),
+    );
+    let r = q4.weights_bytes as f64 / bf.weights_bytes as f64;
+    assert!((0.26..0.30).contains(&r), "{r}");
+}
+
+/// A fused cross-entropy never materialises the logits: less memory at short sequences with
+/// big vocabularies.
+#[test]
+fn fused_loss_removes_the_logits_peak() {
+    let std = est(json!({"model": "llama3.2-1b", "batch": 8, "seq": 2048}));
+    let fused = est(json!({"model": "llama3.2-1b", "batch": 8, "seq": 2048, "loss": "fused"}));
+    assert!(
+        fused.peak_bytes < std.peak_bytes * 3 / 4,
+        "{} vs {}",
+        fused.peak_bytes,
+        std.peak_bytes
+    );
+    assert!(
+        !fused.components.contains_key("logits")
+            || fused.components["logits"] < std.components["logits"] / 4
+    );
+}
