@@ -70,6 +70,7 @@ fn cmd_estimate(args: &[String]) -> Result<String, String> {
     let mut obj = Map::new();
     let mut i = 0;
     let mut scenario_path = None;
+    let mut config_path: Option<String> = None;
     while i < args.len() {
         let flag = args[i].as_str();
         if flag == "--json" {
@@ -102,6 +103,7 @@ fn cmd_estimate(args: &[String]) -> Result<String, String> {
             "--hf-config" => {
                 let cfg = parse_json(value, &read(value)?)?;
                 obj.insert("model".into(), serde_json::json!({ "hf_config": cfg }));
+                config_path = Some(value.to_string());
             }
             "--model" => {
                 obj.insert("model".into(), serde_json::json!({ "preset": value }));
@@ -139,9 +141,17 @@ fn cmd_estimate(args: &[String]) -> Result<String, String> {
     if !obj.contains_key("model") {
         return Err("no model: give --model NAME, --hf-config FILE or --scenario FILE".into());
     }
-    let scenario = Scenario::from_value(&Value::Object(obj)).map_err(|e| match &scenario_path {
-        Some(p) => format!("{p}: {e}"),
-        None => e.to_string(),
+    let scenario = Scenario::from_value(&Value::Object(obj)).map_err(|e| {
+        // Name the file the wrong value came from.
+        let file = match (&config_path, &scenario_path) {
+            (Some(c), _) if e.field.starts_with("model.hf_config") => Some(c),
+            (_, Some(p)) => Some(p),
+            _ => None,
+        };
+        match file {
+            Some(f) => format!("{f}: {e}"),
+            None => e.to_string(),
+        }
     })?;
     let e = estimate(&scenario).map_err(|e| e.to_string())?;
     Ok(if json {

@@ -204,5 +204,7 @@ fn hf_config_flag_reads_a_config_json() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("model.hf_config.num_hidden_layers"));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("model.hf_config.num_attention_heads"), "{err}");
+    assert!(err.contains(f.to_str().unwrap()), "names the file: {err}");
 }
