@@ -229,6 +229,13 @@ impl<'c, 'a> Builder<'c, 'a> {
 
     /// A linear layer `module` over `x` (`tokens` rows).
     pub fn linear(&mut self, x: Tid, lin: Linear, module: &str, tokens: f64) -> Tid {
+        self.linear_n(x, lin, module, tokens, 1.0)
+    }
+
+    /// A linear whose call stands for `copies` weight matrices of shape `lin` (a group of
+    /// experts): activations are those of one `lin` over `tokens` rows, weights (copies,
+    /// grads, dequantisation) those of all `copies`.
+    fn linear_n(&mut self, x: Tid, lin: Linear, module: &str, tokens: f64, copies: f64) -> Tid {
         let ctx = self.ctx;
         let (autocast, c) = if self.native {
             (false, ctx.w)
@@ -243,7 +250,7 @@ impl<'c, 'a> Builder<'c, 'a> {
         } else {
             x
         };
-        let params = lin.params() as f64;
+        let params = lin.params() as f64 * copies;
         let quant = ctx.quantized_base();
         // The weight as the matmul sees it: an autocast copy (cached for trainable leaves),
         // or a transient dequantised copy for 4/8-bit bases.
@@ -741,8 +748,7 @@ impl<'c, 'a> Builder<'c, 'a> {
         for g in 0..groups {
             let cur = self.op(&[y], tokens * h, ec, &[]);
             // One group stands for `per_group` experts: their stacked weights.
-            let gi = m.expert_intermediate * per_group;
-            let e = self.expert_mlp(cur, gi, tokens, per_group);
+            let e = self.expert_mlp(cur, m.expert_intermediate, tokens, per_group);
             let scaled = self.mul(e, weights, tokens * h);
             // Each expert's select-backward materialises a grad of the whole stacked
             // parameter, accumulated into .grad: a transient after the first.
@@ -768,13 +774,14 @@ impl<'c, 'a> Builder<'c, 'a> {
         out
     }
 
-    /// `experts` experts' SwiGLU MLPs over `tokens` gathered rows in total, with their fused
-    /// gate_up projection.
-    fn expert_mlp(&mut self, x: Tid, i: u64, tokens: f64, _experts: u64) -> Tid {
+    /// `experts` experts' SwiGLU MLPs (width `i` each) over `tokens` gathered rows in total,
+    /// with their fused gate_up projection: each row passes through one expert.
+    fn expert_mlp(&mut self, x: Tid, i: u64, tokens: f64, experts: u64) -> Tid {
         let a = self.ctx.arch;
         let h = a.hidden;
         let ie = tokens * i as f64;
-        let gu = self.linear(x, Linear::new(h, 2 * i, false), "experts", tokens);
+        let n = experts as f64;
+        let gu = self.linear_n(x, Linear::new(h, 2 * i, false), "experts", tokens, n);
         let c = self.d(gu);
         let e = ie * c.bytes();
         let parts = self.tape.split(gu, &[e, e]);
@@ -783,7 +790,7 @@ impl<'c, 'a> Builder<'c, 'a> {
         }
         let act = self.op(&[parts[0]], ie, c, &[parts[0]]);
         let m = self.mul(act, parts[1], ie);
-        self.linear(m, Linear::new(i, h, false), "experts", tokens)
+        self.linear_n(m, Linear::new(i, h, false), "experts", tokens, n)
     }
 
     /// One decoder layer over `x`; returns its output.

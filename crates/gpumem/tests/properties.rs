@@ -253,3 +253,26 @@ fn fused_loss_removes_the_logits_peak() {
             || fused.components["logits"] < std.components["logits"] / 4
     );
 }
+
+/// Each routed token passes through one expert: MoE activations depend on top-k and the
+/// expert width, not on how many experts there are (beyond the router's T × E probabilities).
+#[test]
+fn moe_activations_do_not_scale_with_expert_count() {
+    let act = |experts: u64| {
+        let cfg = json!({"model_type": "mixtral", "hidden_size": 1024, "intermediate_size": 2048,
+            "num_hidden_layers": 4, "num_attention_heads": 16, "num_key_value_heads": 8,
+            "num_local_experts": experts, "num_experts_per_tok": 2, "vocab_size": 32000});
+        est(json!({"model": {"hf_config": cfg}, "batch": 1, "seq": 2048, "recompute": "none"}))
+    };
+    let kept = |e: &gpumem::Estimate| {
+        let at = |name: &str| e.timeline.iter().find(|p| p.phase == name).unwrap().bytes as f64;
+        at("after forward") - at("start of step")
+    };
+    let (a8, a64) = (act(8), act(64));
+    let (x8, x64) = (kept(&a8), kept(&a64));
+    // Router probabilities: 4 layers × 2048 tokens × 56 extra experts × 4 bytes.
+    let router = 4.0 * 2048.0 * 56.0 * 4.0;
+    assert!((x64 - x8 - router).abs() < 0.02 * x8, "{x8} vs {x64}");
+    // Experts: 4 layers × E × 3 × 1024 × 2048; embeddings and attention fixed: about 6×.
+    assert!(a64.weights_bytes > 5 * a8.weights_bytes);
+}
