@@ -731,7 +731,7 @@ impl<'c, 'a> Builder<'c, 'a> {
         );
         let weights = self.op(&[probs], t * m.top_k as f64, c, &[]);
         let groups = m.experts.min(8);
-        let per_group = m.experts / groups;
+        let per_group = m.experts as f64 / groups as f64;
         let tokens = t * m.top_k as f64 / groups as f64;
         let one_expert: u64 = a
             .mlp_linears(m.expert_intermediate)
@@ -776,11 +776,11 @@ impl<'c, 'a> Builder<'c, 'a> {
 
     /// `experts` experts' SwiGLU MLPs (width `i` each) over `tokens` gathered rows in total,
     /// with their fused gate_up projection: each row passes through one expert.
-    fn expert_mlp(&mut self, x: Tid, i: u64, tokens: f64, experts: u64) -> Tid {
+    fn expert_mlp(&mut self, x: Tid, i: u64, tokens: f64, experts: f64) -> Tid {
         let a = self.ctx.arch;
         let h = a.hidden;
         let ie = tokens * i as f64;
-        let n = experts as f64;
+        let n = experts;
         let gu = self.linear_n(x, Linear::new(h, 2 * i, false), "experts", tokens, n);
         let c = self.d(gu);
         let e = ie * c.bytes();
