@@ -358,7 +358,6 @@ fn stretches(ctx: &Ctx<'_>, mode: tape::Mode) -> Stretches {
     let h = a.hidden as f64;
     let mut pre = Builder::new(ctx);
     let first = pre.embedding();
-    let first_bytes = pre.tape.bytes(first);
     let first_rg = pre.tape.requires_grad(first);
     let pre_p = pre.tape.run(tape::Mode::Normal.or_nograd(mode));
     let resid = if ctx.autocast { DType::F32 } else { ctx.c };
@@ -392,7 +391,6 @@ fn stretches(ctx: &Ctx<'_>, mode: tape::Mode) -> Stretches {
     let input_freed = dense.fwd_delta.total() < dense.out_bytes - 1.0
         || a.learned_positions.is_some()
         || !ctx.train;
-    let _ = first_bytes;
     Stretches {
         pre: pre_p,
         dense,

@@ -23,6 +23,17 @@ pub enum SdpaKernel {
     Math,
 }
 
+/// Head counts and head dimensions of an attention core.
+#[derive(Clone, Copy, Debug)]
+pub struct Heads {
+    pub heads: u64,
+    pub kv_heads: u64,
+    /// Query/key head dimension.
+    pub dq: u64,
+    /// Value head dimension.
+    pub dv: u64,
+}
+
 /// Everything the builders need to know about the run.
 #[derive(Clone, Debug)]
 pub struct Ctx<'a> {
@@ -357,8 +368,8 @@ impl<'c, 'a> Builder<'c, 'a> {
         let input = self.d(x);
         let f32 = DType::F32;
         let x32 = self.cast(x, t * width, f32);
-        let _sq = self.op(&[x32], t * width, f32, &[x32]);
-        let var = self.op(&[_sq], t, f32, &[]);
+        let sq = self.op(&[x32], t * width, f32, &[x32]);
+        let var = self.op(&[sq], t, f32, &[]);
         let r = self.op_saving_output(&[var], t, f32, Cat::Activations);
         let n32 = self.mul(x32, r, t * width);
         let n = self.cast(n32, t * width, input);
@@ -433,17 +444,13 @@ impl<'c, 'a> Builder<'c, 'a> {
 
     /// The attention core over q (heads × dq), k (kv_heads × dq), v (kv_heads × dv); returns
     /// the output as `[tokens, heads × dv]`.
-    #[allow(clippy::too_many_arguments)]
-    fn attention_core(
-        &mut self,
-        q: Tid,
-        k: Tid,
-        v: Tid,
-        heads: u64,
-        kv_heads: u64,
-        dq: u64,
-        dv: u64,
-    ) -> Tid {
+    fn attention_core(&mut self, q: Tid, k: Tid, v: Tid, shape: Heads) -> Tid {
+        let Heads {
+            heads,
+            kv_heads,
+            dq,
+            dv,
+        } = shape;
         let ctx = self.ctx;
         let (t, b, s) = (ctx.t, ctx.batch, ctx.seq);
         let c = ctx.c;
@@ -528,22 +535,17 @@ impl<'c, 'a> Builder<'c, 'a> {
                 self.tape.save_self(o);
                 o
             }
-            (Attention::Eager, _) => self.eager_attention(q, k, v, heads, kv_heads, dq, dv, p_drop),
+            (Attention::Eager, _) => self.eager_attention(q, k, v, shape, p_drop),
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn eager_attention(
-        &mut self,
-        q: Tid,
-        k: Tid,
-        v: Tid,
-        heads: u64,
-        kv_heads: u64,
-        dq: u64,
-        dv: u64,
-        p_drop: f64,
-    ) -> Tid {
+    fn eager_attention(&mut self, q: Tid, k: Tid, v: Tid, shape: Heads, p_drop: f64) -> Tid {
+        let Heads {
+            heads,
+            kv_heads,
+            dq,
+            dv,
+        } = shape;
         let ctx = self.ctx;
         let (t, b, s, c) = (ctx.t, ctx.batch, ctx.seq, ctx.c);
         let hq = heads as f64;
@@ -598,7 +600,15 @@ impl<'c, 'a> Builder<'c, 'a> {
                     self.reg(p, ctx.c);
                 }
                 let core = self.attention_core(
-                    parts[0], parts[1], parts[2], a.heads, a.heads, a.head_dim, a.head_dim,
+                    parts[0],
+                    parts[1],
+                    parts[2],
+                    Heads {
+                        heads: a.heads,
+                        kv_heads: a.heads,
+                        dq: a.head_dim,
+                        dv: a.head_dim,
+                    },
                 );
                 let proj = self.linear(core, lin[1].1, lin[1].0, t);
                 self.dropout(proj, t * h, a.dropout.resid)
@@ -613,8 +623,17 @@ impl<'c, 'a> Builder<'c, 'a> {
                     self.kv.push(k);
                     self.kv.push(v);
                 }
-                let core =
-                    self.attention_core(q, k, v, a.heads, a.kv_heads, a.head_dim, a.head_dim);
+                let core = self.attention_core(
+                    q,
+                    k,
+                    v,
+                    Heads {
+                        heads: a.heads,
+                        kv_heads: a.kv_heads,
+                        dq: a.head_dim,
+                        dv: a.head_dim,
+                    },
+                );
                 self.linear(core, lin[3].1, lin[3].0, t)
             }
         };
@@ -656,7 +675,17 @@ impl<'c, 'a> Builder<'c, 'a> {
             self.kv.push(key);
             self.kv.push(value);
         }
-        let core = self.attention_core(query, key, value, a.heads, a.heads, dq, m.v_head_dim);
+        let core = self.attention_core(
+            query,
+            key,
+            value,
+            Heads {
+                heads: a.heads,
+                kv_heads: a.heads,
+                dq,
+                dv: m.v_head_dim,
+            },
+        );
         self.linear(core, lin[i + 2].1, lin[i + 2].0, t)
     }
 
@@ -745,15 +774,14 @@ impl<'c, 'a> Builder<'c, 'a> {
         self.native = ctx.autocast;
         let yd = self.d(y);
         let mut out = self.op(&[y], t * h, yd, &[]);
-        for g in 0..groups {
+        // Each expert's select-backward materialises a grad of the whole stacked parameter,
+        // accumulated into .grad: a transient after the first.
+        let stacked = (one_expert * m.experts) as f64 * ctx.g.bytes();
+        for _ in 0..groups {
             let cur = self.op(&[y], tokens * h, ec, &[]);
             // One group stands for `per_group` experts: their stacked weights.
             let e = self.expert_mlp(cur, m.expert_intermediate, tokens, per_group);
             let scaled = self.mul(e, weights, tokens * h);
-            // Each expert's select-backward materialises a grad of the whole stacked
-            // parameter, accumulated into .grad: a transient after the first.
-            let stacked = (one_expert * m.experts) as f64 * ctx.g.bytes();
-            let _ = g;
             let merged = self.op_spec(
                 OpSpec {
                     inputs: &[out, scaled],
