@@ -1,0 +1,502 @@
+//! Widget directives in the book's markdown.
+//!
+//! A directive is `{{#gpumem WIDGET [positional …] [key=value …]}}`, where a value may be
+//! double-quoted (`gpu="A100-80GB"`). Directives inside fenced or indented code blocks and
+//! inline code are left alone, as is an escaped `\{{#gpumem …}}`. Every directive is checked
+//! here: an unknown widget or attribute, or a value the engine refuses, is an error that names
+//! `FILE:LINE`.
+//!
+//! This crate is the preprocessor's parsing and validation half; rendering the widgets
+//! (Yew SSR) and the mdBook `Preprocessor` binding come with the site build.
+
+use std::fmt;
+use std::ops::Range;
+
+use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd};
+use serde_json::{Map, Value};
+
+/// The widgets a directive can name.
+pub const WIDGETS: &[&str] = &[
+    "allocator",
+    "zero",
+    "breakdown",
+    "precision",
+    "parallelism",
+    "timeline",
+    "sweep",
+    "value",
+    "formula",
+];
+
+/// Attributes every widget takes: they describe the scenario (and how the widget shares it).
+const SCENARIO_ATTRS: &[&str] = &[
+    "model",
+    "preset",
+    "mode",
+    "batch",
+    "seq",
+    "new-tokens",
+    "precision",
+    "optimizer",
+    "recompute",
+    "attention",
+    "loss",
+    "finetune",
+    "gpu",
+    "capacity",
+    "dp",
+    "zero-stage",
+    "scope",
+];
+
+/// Attributes particular to one widget.
+fn widget_attrs(widget: &str) -> &'static [&'static str] {
+    match widget {
+        "allocator" => &["show-breakdown"],
+        "zero" => &["gpus", "references"],
+        "sweep" => &["axis", "from", "to"],
+        "value" => &["format"],
+        _ => &[],
+    }
+}
+
+/// How many positional arguments a widget takes (e.g. `value activations`).
+fn positional_count(widget: &str) -> usize {
+    match widget {
+        "value" | "formula" => 1,
+        _ => 0,
+    }
+}
+
+/// A quantity an inline `value` (or a `formula`) can show.
+pub const QUANTITIES: &[&str] = &[
+    "peak",
+    "weights",
+    "master_weights",
+    "gradients",
+    "optimizer_states",
+    "activations",
+    "logits",
+    "temporaries",
+    "kv_cache",
+    "model_states",
+    "params",
+    "trainable_params",
+    "headroom",
+    "capacity",
+    "device",
+];
+
+/// One directive found in a chapter.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Directive {
+    pub widget: String,
+    pub positional: Vec<String>,
+    /// Attributes in the order written.
+    pub attrs: Vec<(String, String)>,
+    /// 1-based line of the directive's start.
+    pub line: usize,
+    /// Byte range of the whole directive in the chapter's source.
+    pub span: Range<usize>,
+    /// The scenario the attributes describe (engine-validated), as the engine's JSON.
+    pub scenario: Value,
+}
+
+/// What is wrong, and where.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirectiveError {
+    pub line: usize,
+    pub message: String,
+}
+
+impl DirectiveError {
+    /// `FILE:LINE: message`.
+    pub fn at(&self, file: &str) -> String {
+        format!("{file}:{}: {}", self.line, self.message)
+    }
+}
+
+impl fmt::Display for DirectiveError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "line {}: {}", self.line, self.message)
+    }
+}
+
+const OPEN: &str = "{{#gpumem";
+
+/// Byte ranges of code (blocks and inline) in `src`, where directives are not expanded.
+fn code_ranges(src: &str) -> Vec<Range<usize>> {
+    let mut ranges = Vec::new();
+    let mut block_start = None;
+    for (ev, r) in Parser::new_ext(src, Options::all()).into_offset_iter() {
+        match ev {
+            Event::Start(Tag::CodeBlock(_)) => block_start = Some(r.start),
+            Event::End(TagEnd::CodeBlock) => {
+                ranges.push(block_start.take().unwrap_or(r.start)..r.end);
+            }
+            Event::Code(_) => ranges.push(r),
+            _ => {}
+        }
+    }
+    ranges
+}
+
+fn line_of(src: &str, pos: usize) -> usize {
+    src[..pos].bytes().filter(|&b| b == b'\n').count() + 1
+}
+
+/// Find and validate every directive of a chapter. All errors are reported, not only the
+/// first, so an author fixes a chapter in one pass.
+pub fn parse_chapter(src: &str) -> Result<Vec<Directive>, Vec<DirectiveError>> {
+    let code = code_ranges(src);
+    let in_code = |p: usize| code.iter().any(|r| r.contains(&p));
+    let mut found = Vec::new();
+    let mut errors = Vec::new();
+    let mut from = 0;
+    while let Some(off) = src[from..].find(OPEN) {
+        let start = from + off;
+        from = start + OPEN.len();
+        if in_code(start) || (start > 0 && src.as_bytes()[start - 1] == b'\\') {
+            continue;
+        }
+        let line = line_of(src, start);
+        let Some(close) = src[from..].find("}}") else {
+            errors.push(DirectiveError {
+                line,
+                message: "directive is not closed with }}".into(),
+            });
+            break;
+        };
+        let body = &src[from..from + close];
+        let end = from + close + 2;
+        from = end;
+        match parse_body(body, line, start..end) {
+            Ok(d) => found.push(d),
+            Err(e) => errors.push(e),
+        }
+    }
+    if errors.is_empty() {
+        Ok(found)
+    } else {
+        Err(errors)
+    }
+}
+
+/// Split a directive body into words, honouring double quotes (`\"` and `\\` escape).
+fn tokens(body: &str) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut in_quotes = false;
+    let mut any = false;
+    let mut chars = body.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' => {
+                in_quotes = !in_quotes;
+                any = true;
+            }
+            '\\' if in_quotes => match chars.next() {
+                Some(n) => cur.push(n),
+                None => return Err("a backslash ends the directive".into()),
+            },
+            c if c.is_whitespace() && !in_quotes => {
+                if any || !cur.is_empty() {
+                    out.push(std::mem::take(&mut cur));
+                    any = false;
+                }
+            }
+            c => cur.push(c),
+        }
+    }
+    if in_quotes {
+        return Err("a quoted value is not closed".into());
+    }
+    if any || !cur.is_empty() {
+        out.push(cur);
+    }
+    Ok(out)
+}
+
+/// Shorten what an author wrote before quoting it back in a message.
+fn shown(s: &str) -> String {
+    let t: String = s.chars().take(40).collect();
+    if t.len() < s.len() {
+        format!("{t}…")
+    } else {
+        t
+    }
+}
+
+fn parse_body(body: &str, line: usize, span: Range<usize>) -> Result<Directive, DirectiveError> {
+    let err = |message: String| DirectiveError { line, message };
+    let words = tokens(body).map_err(err)?;
+    let Some((widget, rest)) = words.split_first() else {
+        return Err(err(format!(
+            "no widget named (one of: {})",
+            WIDGETS.join(", ")
+        )));
+    };
+    if !WIDGETS.contains(&widget.as_str()) {
+        return Err(err(format!(
+            "unknown widget '{}' (one of: {})",
+            shown(widget),
+            WIDGETS.join(", ")
+        )));
+    }
+    let mut positional = Vec::new();
+    let mut attrs: Vec<(String, String)> = Vec::new();
+    for w in rest {
+        match w.split_once('=') {
+            Some((k, v)) => {
+                let allowed = SCENARIO_ATTRS.contains(&k) || widget_attrs(widget).contains(&k);
+                if !allowed {
+                    let mut all: Vec<&str> = SCENARIO_ATTRS.to_vec();
+                    all.extend(widget_attrs(widget));
+                    return Err(err(format!(
+                        "{widget}: unknown attribute '{}' (one of: {})",
+                        shown(k),
+                        all.join(", ")
+                    )));
+                }
+                if attrs.iter().any(|(a, _)| a == k) {
+                    return Err(err(format!("{widget}: attribute '{k}' given twice")));
+                }
+                attrs.push((k.to_string(), v.to_string()));
+            }
+            None => positional.push(w.clone()),
+        }
+    }
+    let want = positional_count(widget);
+    if positional.len() != want {
+        return Err(err(match want {
+            0 => format!(
+                "{widget}: unexpected word '{}' (attributes are key=value)",
+                shown(&positional[0])
+            ),
+            _ => format!(
+                "{widget}: needs {want} quantity name (one of: {})",
+                QUANTITIES.join(", ")
+            ),
+        }));
+    }
+    if want == 1 && !QUANTITIES.contains(&positional[0].as_str()) {
+        return Err(err(format!(
+            "{widget}: unknown quantity '{}' (one of: {})",
+            shown(&positional[0]),
+            QUANTITIES.join(", ")
+        )));
+    }
+    check_widget_attrs(widget, &attrs).map_err(err)?;
+    let scenario = scenario_of(&attrs).map_err(err)?;
+    Ok(Directive {
+        widget: widget.clone(),
+        positional,
+        attrs,
+        line,
+        span,
+        scenario,
+    })
+}
+
+fn number(key: &str, v: &str) -> Result<Value, String> {
+    match v.parse::<f64>() {
+        Ok(x) if x.is_finite() && x >= 0.0 => Ok(serde_json::json!(x)),
+        _ => Err(format!(
+            "{key}: '{}' is not a non-negative number",
+            shown(v)
+        )),
+    }
+}
+
+fn count(key: &str, v: &str) -> Result<Value, String> {
+    // Accept 2048, 2k, 8K, 1M for readability in prose.
+    let (digits, mult) = match v.chars().last() {
+        Some('k') | Some('K') => (&v[..v.len() - 1], 1024u64),
+        Some('M') => (&v[..v.len() - 1], 1024 * 1024),
+        _ => (v, 1),
+    };
+    digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .map(Value::from)
+        .ok_or_else(|| format!("{key}: '{}' is not a whole number", shown(v)))
+}
+
+/// The values an enumerated attribute accepts.
+fn allowed_values(key: &str) -> Option<&'static [&'static str]> {
+    Some(match key {
+        "show-breakdown" => &["true", "false"],
+        "scope" => &["page", "local"],
+        "axis" => &["seq", "batch", "gpus"],
+        "format" => &["gib", "gb", "bytes", "percent", "count"],
+        _ => return None,
+    })
+}
+
+fn check_widget_attrs(widget: &str, attrs: &[(String, String)]) -> Result<(), String> {
+    for (k, v) in attrs {
+        if let Some(vals) = allowed_values(k) {
+            if !vals.contains(&v.as_str()) {
+                return Err(format!(
+                    "{widget}: {k} must be one of {}, got '{}'",
+                    vals.join(", "),
+                    shown(v)
+                ));
+            }
+        }
+        match k.as_str() {
+            "gpus" | "from" | "to" => {
+                count(k, v)?;
+            }
+            "references" => {
+                if let Some(bad) = v.split(',').find(|n| gpumem::gpu::find(n.trim()).is_none()) {
+                    return Err(format!("{widget}: unknown reference GPU '{}'", shown(bad)));
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The engine scenario the attributes describe; the engine validates it and its message
+/// (naming the field) is reported under the attribute's name.
+fn scenario_of(attrs: &[(String, String)]) -> Result<Value, String> {
+    let mut m = Map::new();
+    let mut parallel = Map::new();
+    for (k, v) in attrs {
+        let s = || Value::String(v.clone());
+        match k.as_str() {
+            "model" | "preset" => {
+                m.insert("model".into(), serde_json::json!({ "preset": v }));
+            }
+            "mode" | "precision" | "optimizer" | "recompute" | "attention" | "loss"
+            | "finetune" | "gpu" => {
+                m.insert(k.clone(), s());
+            }
+            "batch" | "seq" => {
+                m.insert(k.clone(), count(k, v)?);
+            }
+            "new-tokens" => {
+                m.insert("new_tokens".into(), count(k, v)?);
+            }
+            "capacity" => {
+                let gib = number(k, v)?.as_f64().unwrap_or(0.0);
+                m.insert(
+                    "gpu".into(),
+                    serde_json::json!({ "capacity_bytes": (gib * 1073741824.0).round() }),
+                );
+            }
+            "dp" => {
+                parallel.insert("dp".into(), count(k, v)?);
+            }
+            "zero-stage" => {
+                parallel.insert("zero".into(), count(k, v)?);
+            }
+            _ => {}
+        }
+    }
+    if !parallel.is_empty() {
+        m.insert("parallel".into(), Value::Object(parallel));
+    }
+    m.entry("model")
+        .or_insert_with(|| serde_json::json!({ "preset": "llama3.1-8b" }));
+    let v = Value::Object(m);
+    gpumem::Scenario::from_value(&v).map_err(|e| {
+        let attr = match e.field.split('.').next().unwrap_or("") {
+            "model" => "model",
+            "new_tokens" => "new-tokens",
+            "parallel" => {
+                if e.field.ends_with("zero") {
+                    "zero-stage"
+                } else {
+                    "dp"
+                }
+            }
+            other => other,
+        };
+        format!("{attr}: {}", e.message)
+    })?;
+    Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_directives_with_lines_and_attributes() {
+        let src = "# Title\n\nText {{#gpumem value activations preset=llama3.2-1b batch=4}} more.\n\n{{#gpumem allocator preset=llama3.1-8b batch=1 seq=2k precision=bf16 gpu=\"A100-80GB\"}}\n";
+        let d = parse_chapter(src).unwrap();
+        assert_eq!(d.len(), 2);
+        assert_eq!(d[0].widget, "value");
+        assert_eq!(d[0].positional, vec!["activations"]);
+        assert_eq!(d[0].line, 3);
+        assert_eq!(d[1].line, 5);
+        assert_eq!(d[1].scenario["seq"], 2048);
+        assert_eq!(d[1].scenario["gpu"], "A100-80GB");
+        assert_eq!(&src[d[1].span.clone()][..9], "{{#gpumem");
+    }
+
+    #[test]
+    fn code_and_escapes_are_left_alone() {
+        let src = "```md\n{{#gpumem allocator nonsense=1}}\n```\n\n    {{#gpumem bogus}}\n\nInline `{{#gpumem bogus}}` and \\{{#gpumem bogus}} stay.\n";
+        assert_eq!(parse_chapter(src).unwrap(), vec![]);
+    }
+
+    #[test]
+    fn errors_name_the_line_and_what_is_wrong() {
+        let src = "a\n{{#gpumem alocator}}\nb\n{{#gpumem allocator batch=0}}\n{{#gpumem allocator colour=red}}\n{{#gpumem zero preset=no-such}}\n{{#gpumem value}}\n{{#gpumem allocator seq=\"4096}}\n";
+        let errs = parse_chapter(src).unwrap_err();
+        let msgs: Vec<String> = errs.iter().map(|e| e.at("book/x.md")).collect();
+        assert!(
+            msgs[0].starts_with("book/x.md:2: unknown widget 'alocator'"),
+            "{msgs:?}"
+        );
+        assert!(msgs[1].starts_with("book/x.md:4: batch:"), "{msgs:?}");
+        assert!(
+            msgs[2].contains("book/x.md:5: allocator: unknown attribute 'colour'"),
+            "{msgs:?}"
+        );
+        assert!(
+            msgs[3].contains("book/x.md:6: model: unknown preset"),
+            "{msgs:?}"
+        );
+        assert!(
+            msgs[4].contains("book/x.md:7: value: needs 1 quantity"),
+            "{msgs:?}"
+        );
+        assert!(msgs[5].contains("book/x.md:8:"), "{msgs:?}");
+        assert_eq!(msgs.len(), 6);
+    }
+
+    #[test]
+    fn unclosed_directive_is_an_error() {
+        let e = parse_chapter("x\n\n{{#gpumem allocator batch=1\n").unwrap_err();
+        assert_eq!(e[0].line, 3);
+        assert!(e[0].message.contains("not closed"));
+    }
+
+    #[test]
+    fn hostile_values_are_refused_and_long_ones_shortened() {
+        // Markup in a value is just an unknown name: the directive is refused.
+        let src = "{{#gpumem allocator gpu=\"<script>alert(1)</script>\"}}";
+        let e = parse_chapter(src).unwrap_err();
+        assert!(e[0].message.starts_with("gpu: unknown GPU"), "{e:?}");
+        // A long value is not echoed whole into the build log.
+        let long = format!("{{{{#gpumem allocator colour{}=1}}}}", "x".repeat(5000));
+        let e = parse_chapter(&long).unwrap_err();
+        assert!(e[0].message.len() < 400);
+    }
+
+    #[test]
+    fn capacity_and_parallel_attributes_map_onto_the_scenario() {
+        let d = parse_chapter("{{#gpumem zero preset=llama3.1-70b dp=64 zero-stage=3 capacity=80 references=H100-80GB,A100-40GB}}").unwrap();
+        assert_eq!(d[0].scenario["parallel"]["dp"], 64);
+        assert_eq!(d[0].scenario["parallel"]["zero"], 3);
+        assert_eq!(d[0].scenario["gpu"]["capacity_bytes"], 85899345920.0);
+        let e = parse_chapter("{{#gpumem zero zero-stage=5}}").unwrap_err();
+        assert!(e[0].message.starts_with("zero-stage:"), "{:?}", e);
+    }
+}
