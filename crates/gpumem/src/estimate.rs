@@ -518,8 +518,6 @@ fn train_step(
     if grads < grads_full && g_now > 0.0 {
         r.cur.0[Cat::Gradients as usize] = g_now * grads / grads_full;
     }
-    // What the tapes left besides the grads and the kept logits is the grad of the input ids:
-    // nothing. Clamp float dust.
     point(tl, "after backward", &r.cur);
     // Optimizer step: the grads and `out.logits` are still alive. Non-fused temporaries:
     let opt_temp = match s.optimizer {

@@ -275,10 +275,6 @@ impl Tape {
         self.tensors[t].rg
     }
 
-    pub fn bytes(&self, t: Tid) -> f64 {
-        self.tensors[t].bytes
-    }
-
     /// Record an op producing one new tensor.
     pub fn op(&mut self, spec: OpSpec<'_>) -> Tid {
         let rg = spec.weights_rg || spec.inputs.iter().any(|&t| self.tensors[t].rg);
