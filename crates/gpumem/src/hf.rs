@@ -200,7 +200,7 @@ fn parse_gpt2(o: &Obj<'_>) -> Result<Architecture> {
         heads,
         kv_heads: heads,
         head_dim: hidden / heads,
-        intermediate: o.u64_opt("n_inner")?.unwrap_or(4 * hidden),
+        intermediate: o.u64_opt("n_inner")?.unwrap_or(hidden.saturating_mul(4)),
         vocab: o.u64_req("vocab_size")?,
         tied_embeddings: o.bool_opt("tie_word_embeddings")?.unwrap_or(true),
         learned_positions: Some(o.u64_opt("n_positions")?.unwrap_or(1024)),
@@ -285,7 +285,7 @@ fn parse_llama_like(o: &Obj<'_>, model_type: &str) -> Result<Architecture> {
         "deepseek_v3" => {
             let nope = o.u64_req("qk_nope_head_dim")?;
             let rope = o.u64_req("qk_rope_head_dim")?;
-            arch.head_dim = nope + rope;
+            arch.head_dim = nope.saturating_add(rope);
             arch.kv_heads = heads;
             arch.mla = Some(Mla {
                 q_lora_rank: o.u64_opt("q_lora_rank")?,

@@ -478,7 +478,9 @@ fn parse_parallel(v: &Value) -> Result<Parallel> {
         }
         *slot = v;
     }
-    let total = p.dp * p.tp * p.pp * p.cp * p.ep;
+    let total = [p.tp, p.pp, p.cp, p.ep]
+        .iter()
+        .fold(p.dp, |acc, &x| acc.saturating_mul(x));
     if total > MAX_GPUS {
         return Err(Error::new(
             "parallel",

@@ -105,6 +105,12 @@ fn absurd_sizes_are_rejected_not_overflowed() {
         json!({"model": {"hidden": 1u64 << 40, "layers": 2, "heads": 1, "intermediate": 4, "vocab": 10}}),
         json!({"model": "gpt2", "precision": {"weights": "fp7"}}),
         json!({"model": {"hf_config": {"model_type": "t5"}}}),
+        // Found by CI's proptest run: GPT-2's default n_inner = 4 × n_embd overflowed.
+        json!({"model": {"hf_config": {"model_type": "gpt2", "n_embd": 1u64 << 62, "n_head": 1, "n_layer": 1, "vocab_size": 8}}}),
+        json!({"model": {"hf_config": {"model_type": "deepseek_v3", "hidden_size": 64, "num_hidden_layers": 1,
+            "num_attention_heads": 1, "vocab_size": 8, "intermediate_size": 8, "qk_nope_head_dim": u64::MAX,
+            "qk_rope_head_dim": u64::MAX, "kv_lora_rank": 8, "v_head_dim": 8}}}),
+        json!({"model": "gpt2", "parallel": {"dp": 1 << 20, "tp": 1 << 20, "pp": 1 << 20, "cp": 1 << 20, "ep": 1 << 20}}),
     ] {
         let e = Scenario::from_value(&s).unwrap_err();
         assert!(!e.message.is_empty(), "{s}");
