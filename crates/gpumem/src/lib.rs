@@ -8,6 +8,7 @@ pub mod estimate;
 pub mod gpu;
 pub mod graph;
 pub mod hf;
+pub mod knobs;
 pub mod precision;
 pub mod presets;
 pub mod scenario;

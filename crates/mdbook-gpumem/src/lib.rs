@@ -13,7 +13,8 @@ use std::fmt;
 use std::ops::Range;
 
 use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd};
-use serde_json::{Map, Value};
+use gpumem::knobs::{self, shown};
+use serde_json::Value;
 
 /// The widgets a directive can name.
 pub const WIDGETS: &[&str] = &[
@@ -29,25 +30,7 @@ pub const WIDGETS: &[&str] = &[
 ];
 
 /// Attributes every widget takes: they describe the scenario (and how the widget shares it).
-const SCENARIO_ATTRS: &[&str] = &[
-    "model",
-    "preset",
-    "mode",
-    "batch",
-    "seq",
-    "new-tokens",
-    "precision",
-    "optimizer",
-    "recompute",
-    "attention",
-    "loss",
-    "finetune",
-    "gpu",
-    "capacity",
-    "dp",
-    "zero-stage",
-    "scope",
-];
+const SHARED_ATTRS: &[&str] = &["scope"];
 
 /// Attributes particular to one widget.
 fn widget_attrs(widget: &str) -> &'static [&'static str] {
@@ -217,15 +200,6 @@ fn tokens(body: &str) -> Result<Vec<String>, String> {
     Ok(out)
 }
 
-/// Shorten what an author wrote before quoting it back in a message.
-fn shown(s: &str) -> String {
-    let t: String = s.chars().take(40).collect();
-    if t.len() < s.len() {
-        format!("{t}…")
-    } else {
-        t
-    }
-}
 
 fn parse_body(body: &str, line: usize, span: Range<usize>) -> Result<Directive, DirectiveError> {
     let err = |message: String| DirectiveError { line, message };
@@ -248,9 +222,14 @@ fn parse_body(body: &str, line: usize, span: Range<usize>) -> Result<Directive, 
     for w in rest {
         match w.split_once('=') {
             Some((k, v)) => {
-                let allowed = SCENARIO_ATTRS.contains(&k) || widget_attrs(widget).contains(&k);
+                // `preset=` reads better in prose; it is the `model` knob.
+                let k = if k == "preset" { "model" } else { k };
+                let allowed = knobs::KNOBS.contains(&k)
+                    || SHARED_ATTRS.contains(&k)
+                    || widget_attrs(widget).contains(&k);
                 if !allowed {
-                    let mut all: Vec<&str> = SCENARIO_ATTRS.to_vec();
+                    let mut all: Vec<&str> = knobs::KNOBS.to_vec();
+                    all.extend(SHARED_ATTRS);
                     all.extend(widget_attrs(widget));
                     return Err(err(format!(
                         "{widget}: unknown attribute '{}' (one of: {})",
@@ -298,29 +277,8 @@ fn parse_body(body: &str, line: usize, span: Range<usize>) -> Result<Directive, 
     })
 }
 
-fn number(key: &str, v: &str) -> Result<Value, String> {
-    match v.parse::<f64>() {
-        Ok(x) if x.is_finite() && x >= 0.0 => Ok(serde_json::json!(x)),
-        _ => Err(format!(
-            "{key}: '{}' is not a non-negative number",
-            shown(v)
-        )),
-    }
-}
-
-fn count(key: &str, v: &str) -> Result<Value, String> {
-    // Accept 2048, 2k, 8K, 1M for readability in prose.
-    let (digits, mult) = match v.chars().last() {
-        Some('k') | Some('K') => (&v[..v.len() - 1], 1024u64),
-        Some('M') => (&v[..v.len() - 1], 1024 * 1024),
-        _ => (v, 1),
-    };
-    digits
-        .parse::<u64>()
-        .ok()
-        .and_then(|n| n.checked_mul(mult))
-        .map(Value::from)
-        .ok_or_else(|| format!("{key}: '{}' is not a whole number", shown(v)))
+fn count(key: &str, v: &str) -> Result<u64, String> {
+    knobs::count(key, v).map_err(|e| e.to_string())
 }
 
 /// The values an enumerated attribute accepts.
@@ -360,65 +318,14 @@ fn check_widget_attrs(widget: &str, attrs: &[(String, String)]) -> Result<(), St
     Ok(())
 }
 
-/// The engine scenario the attributes describe; the engine validates it and its message
-/// (naming the field) is reported under the attribute's name.
+/// The engine scenario the attributes describe (widget-only attributes and `scope` aside);
+/// the engine validates it and its message names the attribute.
 fn scenario_of(attrs: &[(String, String)]) -> Result<Value, String> {
-    let mut m = Map::new();
-    let mut parallel = Map::new();
-    for (k, v) in attrs {
-        let s = || Value::String(v.clone());
-        match k.as_str() {
-            "model" | "preset" => {
-                m.insert("model".into(), serde_json::json!({ "preset": v }));
-            }
-            "mode" | "precision" | "optimizer" | "recompute" | "attention" | "loss"
-            | "finetune" | "gpu" => {
-                m.insert(k.clone(), s());
-            }
-            "batch" | "seq" => {
-                m.insert(k.clone(), count(k, v)?);
-            }
-            "new-tokens" => {
-                m.insert("new_tokens".into(), count(k, v)?);
-            }
-            "capacity" => {
-                let gib = number(k, v)?.as_f64().unwrap_or(0.0);
-                m.insert(
-                    "gpu".into(),
-                    serde_json::json!({ "capacity_bytes": (gib * 1073741824.0).round() }),
-                );
-            }
-            "dp" => {
-                parallel.insert("dp".into(), count(k, v)?);
-            }
-            "zero-stage" => {
-                parallel.insert("zero".into(), count(k, v)?);
-            }
-            _ => {}
-        }
-    }
-    if !parallel.is_empty() {
-        m.insert("parallel".into(), Value::Object(parallel));
-    }
-    m.entry("model")
-        .or_insert_with(|| serde_json::json!({ "preset": "llama3.1-8b" }));
-    let v = Value::Object(m);
-    gpumem::Scenario::from_value(&v).map_err(|e| {
-        let attr = match e.field.split('.').next().unwrap_or("") {
-            "model" => "model",
-            "new_tokens" => "new-tokens",
-            "parallel" => {
-                if e.field.ends_with("zero") {
-                    "zero-stage"
-                } else {
-                    "dp"
-                }
-            }
-            other => other,
-        };
-        format!("{attr}: {}", e.message)
-    })?;
-    Ok(v)
+    let knobs = attrs
+        .iter()
+        .filter(|(k, _)| knobs::KNOBS.contains(&k.as_str()))
+        .map(|(k, v)| (k.as_str(), v.as_str()));
+    knobs::scenario_value(knobs).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
