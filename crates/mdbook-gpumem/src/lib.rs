@@ -6,13 +6,17 @@
 //! here: an unknown widget or attribute, or a value the engine refuses, is an error that names
 //! `FILE:LINE`.
 //!
-//! This crate is the preprocessor's parsing and validation half; rendering the widgets
-//! (Yew SSR) and the mdBook `Preprocessor` binding come with the site build.
+//! [`preprocess`] turns each directive into its widget's pre-rendered HTML (Yew SSR, the same
+//! components the browser hydrates); [`GpumemPreprocessor`] binds that to mdBook, in-process
+//! (the site builder) or as the `mdbook-gpumem` command.
 
 use std::fmt;
 use std::ops::Range;
 
 use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd};
+
+mod preprocess;
+pub use preprocess::{preprocess, GpumemPreprocessor};
 use gpumem::knobs::{self, shown};
 use serde_json::Value;
 
@@ -35,7 +39,15 @@ const SHARED_ATTRS: &[&str] = &["scope"];
 /// Attributes particular to one widget.
 fn widget_attrs(widget: &str) -> &'static [&'static str] {
     match widget {
-        "allocator" => &["show-breakdown"],
+        "allocator" => &[
+            "show-breakdown",
+            "model-min",
+            "model-max",
+            "batch-min",
+            "batch-max",
+            "seq-min",
+            "seq-max",
+        ],
         "zero" => &["gpus", "references"],
         "sweep" => &["axis", "from", "to"],
         "value" => &["format"],
@@ -304,8 +316,11 @@ fn check_widget_attrs(widget: &str, attrs: &[(String, String)]) -> Result<(), St
             }
         }
         match k.as_str() {
-            "gpus" | "from" | "to" => {
+            "gpus" | "from" | "to" | "batch-min" | "batch-max" | "seq-min" | "seq-max" => {
                 count(k, v)?;
+            }
+            "model-min" | "model-max" => {
+                knobs::number(k, v).map_err(|e| e.to_string())?;
             }
             "references" => {
                 if let Some(bad) = v.split(',').find(|n| gpumem::gpu::find(n.trim()).is_none()) {

@@ -1,0 +1,183 @@
+//! Directives → pre-rendered widgets, and the mdBook binding.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use gpumem_widgets::{Init, Knobs};
+use mdbook_preprocessor::book::{Book, BookItem};
+use mdbook_preprocessor::errors::{Error, Result};
+use mdbook_preprocessor::{Preprocessor, PreprocessorContext};
+
+use crate::{parse_chapter, Directive};
+
+/// Widgets that sit inside a sentence; every other widget is a block on a line of its own.
+const INLINE: &[&str] = &["value"];
+
+/// Expand every directive of one chapter into its widget's HTML. `file` names the chapter in
+/// errors (`book/intro.md`); every problem is reported, each as `FILE:LINE: what is wrong`.
+pub fn preprocess(file: &str, src: &str) -> std::result::Result<String, Vec<String>> {
+    let directives = parse_chapter(src)
+        .map_err(|errs| errs.iter().map(|e| e.at(file)).collect::<Vec<_>>())?;
+    let mut errors = Vec::new();
+
+    // The page's knobs: every page-scoped widget's, which must agree.
+    let mut page = Knobs::default();
+    let mut set_at: BTreeMap<String, usize> = BTreeMap::new();
+    for d in directives.iter().filter(|d| !is_local(d)) {
+        for (k, v) in knobs_of(d).0 {
+            match page.0.get(&k) {
+                Some(prev) if *prev != v => errors.push(format!(
+                    "{file}:{}: {k}={v} contradicts {k}={prev} on line {} (widgets on a page share \
+                     one scenario; give this one scope=local to stand alone)",
+                    d.line, set_at[&k]
+                )),
+                Some(_) => {}
+                None => {
+                    set_at.insert(k.clone(), d.line);
+                    page.0.insert(k, v);
+                }
+            }
+        }
+    }
+
+    let mut out = src.to_string();
+    for (n, d) in directives.iter().enumerate().rev() {
+        let inline = INLINE.contains(&d.widget.as_str());
+        if !inline && !alone_on_line(src, d) {
+            errors.push(format!(
+                "{file}:{}: the {} widget is a block: put its directive on a line of its own",
+                d.line, d.widget
+            ));
+            continue;
+        }
+        let init = Init {
+            widget: d.widget.clone(),
+            uid: format!("gm{}", n + 1),
+            knobs: if is_local(d) { knobs_of(d) } else { page.clone() },
+            options: d
+                .attrs
+                .iter()
+                .filter(|(k, _)| !gpumem::knobs::KNOBS.contains(&k.as_str()) && k != "scope")
+                .cloned()
+                .collect(),
+            local: is_local(d),
+        };
+        match gpumem_widgets::host_html(&init) {
+            Ok(html) if inline => out.replace_range(d.span.clone(), &html),
+            // Blank lines around it: markdown keeps the widget as one raw HTML block.
+            Ok(html) => out.replace_range(d.span.clone(), &format!("\n\n{html}\n\n")),
+            Err(e) => errors.push(format!("{file}:{}: {e}", d.line)),
+        }
+    }
+    if errors.is_empty() {
+        Ok(out)
+    } else {
+        errors.sort_by_key(|e| line_number(e));
+        Err(errors)
+    }
+}
+
+fn line_number(msg: &str) -> usize {
+    msg.split(':').nth(1).and_then(|l| l.parse().ok()).unwrap_or(0)
+}
+
+fn is_local(d: &Directive) -> bool {
+    d.attrs.iter().any(|(k, v)| k == "scope" && v == "local")
+}
+
+fn knobs_of(d: &Directive) -> Knobs {
+    Knobs(
+        d.attrs
+            .iter()
+            .filter(|(k, _)| gpumem::knobs::KNOBS.contains(&k.as_str()))
+            .cloned()
+            .collect(),
+    )
+}
+
+fn alone_on_line(src: &str, d: &Directive) -> bool {
+    let start = src[..d.span.start].rfind('\n').map_or(0, |i| i + 1);
+    let end = src[d.span.end..]
+        .find('\n')
+        .map_or(src.len(), |i| d.span.end + i);
+    src[start..d.span.start].trim().is_empty() && src[d.span.end..end].trim().is_empty()
+}
+
+/// The mdBook preprocessor: `[preprocessor.gpumem]` in book.toml. Run it before `links` (so
+/// that `\{{#gpumem …}}` stays an escape) and before `katex`.
+pub struct GpumemPreprocessor;
+
+impl Preprocessor for GpumemPreprocessor {
+    fn name(&self) -> &str {
+        "gpumem"
+    }
+
+    fn run(&self, ctx: &PreprocessorContext, mut book: Book) -> Result<Book> {
+        let src_dir = ctx.config.book.src.clone();
+        let mut errors = Vec::new();
+        book.for_each_mut(|item| {
+            let BookItem::Chapter(ch) = item else { return };
+            let Some(path) = ch.source_path.as_ref() else {
+                return;
+            };
+            let file = display_path(&src_dir.join(path));
+            match preprocess(&file, &ch.content) {
+                Ok(c) => ch.content = c,
+                Err(mut e) => errors.append(&mut e),
+            }
+        });
+        if errors.is_empty() {
+            Ok(book)
+        } else {
+            Err(Error::msg(errors.join("\n")))
+        }
+    }
+
+    fn supports_renderer(&self, renderer: &str) -> Result<bool> {
+        Ok(renderer == "html")
+    }
+}
+
+fn display_path(p: &Path) -> String {
+    p.to_string_lossy().replace('\\', "/")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_directive_becomes_a_hydratable_host_with_the_numbers() {
+        let src = "# Budget\n\nText.\n\n{{#gpumem allocator preset=llama3.2-1b batch=2 seq=1k}}\n\nMore.\n";
+        let out = preprocess("book/x.md", src).unwrap();
+        assert!(out.contains("<div class=\"gm-host\" data-gpumem=\"{&quot;widget&quot;:&quot;allocator&quot;"), "{out}");
+        assert!(out.contains("data-widget=\"allocator\""));
+        assert!(out.contains("llama3.2-1b · b=2 · s=1K"));
+        assert!(out.starts_with("# Budget\n\nText.\n\n"));
+        assert!(out.ends_with("\n\nMore.\n"));
+        // One line: markdown keeps it as one HTML block.
+        let host = out.lines().find(|l| l.starts_with("<div class=\"gm-host\"")).unwrap();
+        assert!(host.ends_with("</div>"));
+    }
+
+    #[test]
+    fn page_widgets_share_knobs_and_contradictions_are_errors() {
+        let src = "{{#gpumem allocator batch=2}}\n\n{{#gpumem allocator seq=4k}}\n";
+        let out = preprocess("book/x.md", src).unwrap();
+        assert_eq!(out.matches("b=2 · s=4K").count(), 2, "both show the page's knobs");
+        let src = "{{#gpumem allocator batch=2}}\n\n{{#gpumem allocator batch=4}}\n\n{{#gpumem allocator batch=8 scope=local}}\n";
+        let e = preprocess("book/x.md", src).unwrap_err();
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(e[0].starts_with("book/x.md:3: batch=4 contradicts batch=2 on line 1"), "{e:?}");
+    }
+
+    #[test]
+    fn misplaced_unknown_and_unbuilt_widgets_fail_with_file_and_line() {
+        let e = preprocess("book/x.md", "Some {{#gpumem allocator}} inline.\n").unwrap_err();
+        assert!(e[0].starts_with("book/x.md:1: the allocator widget is a block"), "{e:?}");
+        let e = preprocess("book/x.md", "a\n\n{{#gpumem allocator batch=-1}}\n").unwrap_err();
+        assert!(e[0].starts_with("book/x.md:3: batch:"), "{e:?}");
+        let e = preprocess("book/x.md", "a\n\n{{#gpumem timeline}}\n").unwrap_err();
+        assert!(e[0].starts_with("book/x.md:3: the timeline widget is not built yet"), "{e:?}");
+    }
+}

@@ -1,0 +1,481 @@
+//! The memory budget allocator: what one GPU holds at the step's peak, as a stacked bar
+//! against the device's capacity, with sliders for the model, the batch and the sequence,
+//! precision pills and the GPU. Every figure is the engine's.
+
+use std::rc::Rc;
+
+use gpumem::{gpu, presets, Estimate};
+use yew::prelude::*;
+
+use crate::controls::{RadioGroup, Select, Slider};
+use crate::format::{gib, params, pct, tokens};
+use crate::{store, Init, Knobs};
+
+/// One slice of the bar.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Bucket {
+    /// CSS suffix and stable key (`weights`, `gradients`, …).
+    pub key: &'static str,
+    pub label: &'static str,
+    pub bytes: f64,
+}
+
+/// The slices of a GPU's memory at the peak, in stacking order. Each engine component lands
+/// in exactly one slice, so the slices add up to the expected device total.
+pub fn buckets(e: &Estimate) -> Vec<Bucket> {
+    let c = |k: &str| e.components.get(k).copied().unwrap_or(0) as f64;
+    let training = e.gradients_bytes > 0 || e.optimizer_states_bytes > 0;
+    let mut b = vec![Bucket {
+        key: "weights",
+        label: "Weights",
+        bytes: c("weights") + c("master_weights"),
+    }];
+    if training {
+        b.push(Bucket {
+            key: "gradients",
+            label: "Gradients",
+            bytes: c("gradients"),
+        });
+        b.push(Bucket {
+            key: "optimizer",
+            label: "Optimizer",
+            bytes: c("optimizer_states"),
+        });
+    } else {
+        b.push(Bucket {
+            key: "kv",
+            label: "KV cache",
+            bytes: c("kv_cache"),
+        });
+    }
+    b.push(Bucket {
+        key: "activations",
+        label: "Activations",
+        bytes: c("activations"),
+    });
+    b.push(Bucket {
+        key: "logits",
+        label: "Logits",
+        bytes: c("logits"),
+    });
+    b.push(Bucket {
+        key: "temporaries",
+        label: "Temporaries",
+        bytes: c("weight_copies") + c("temporaries"),
+    });
+    b.push(Bucket {
+        key: "overhead",
+        label: "CUDA context + allocator",
+        bytes: (e.cuda_context_bytes + e.allocator_reserve_bytes) as f64,
+    });
+    b
+}
+
+/// A model on the size slider.
+#[derive(Clone, Debug, PartialEq)]
+struct Rung {
+    name: &'static str,
+    params: u64,
+}
+
+thread_local! {
+    /// Every preset, smallest first.
+    static LADDER: Rc<Vec<Rung>> = {
+        let mut v: Vec<Rung> = presets::all()
+            .into_iter()
+            .map(|p| Rung { name: p.name, params: p.arch.params().total })
+            .collect();
+        v.sort_by_key(|r| (r.params, r.name));
+        Rc::new(v)
+    };
+}
+
+/// The models the size slider steps through: presets between `min` and `max` billion
+/// parameters (nominal sizes: a 0.49B model counts as 0.5B), plus the current one.
+fn ladder(min_b: f64, max_b: f64, current: &str) -> Vec<Rung> {
+    LADDER.with(|all| {
+        all.iter()
+            .filter(|r| {
+                let b = r.params as f64 / 1e9;
+                (b >= min_b * 0.95 && b <= max_b * 1.05) || r.name == current
+            })
+            .cloned()
+            .collect()
+    })
+}
+
+/// Powers of two between `min` and `max`, plus the current value.
+fn seq_steps(min: u64, max: u64, current: u64) -> Vec<u64> {
+    let mut v: Vec<u64> = (0..40)
+        .map(|i| 1u64 << i)
+        .filter(|&x| x >= min && x <= max)
+        .collect();
+    if !v.contains(&current) {
+        v.push(current);
+        v.sort_unstable();
+    }
+    v
+}
+
+const PRECISIONS: &[(&str, &str)] = &[
+    ("fp32", "FP32"),
+    ("amp-bf16", "AMP BF16"),
+    ("bf16", "BF16"),
+    ("mixed-bf16", "Mixed BF16"),
+    ("fp8", "FP8"),
+];
+
+fn precision_label(p: &str) -> String {
+    PRECISIONS
+        .iter()
+        .find(|(v, _)| *v == p)
+        .map(|(_, l)| l.to_string())
+        .unwrap_or_else(|| p.to_ascii_uppercase())
+}
+
+fn opt_f64(init: &Init, k: &str, default: f64) -> f64 {
+    init.option(k)
+        .and_then(|v| gpumem::knobs::number(k, v).ok())
+        .unwrap_or(default)
+}
+
+fn opt_count(init: &Init, k: &str, default: u64) -> u64 {
+    init.option(k)
+        .and_then(|v| gpumem::knobs::count(k, v).ok())
+        .unwrap_or(default)
+}
+
+/// The page's knobs (or the widget's own, with `scope=local`), and how to change them.
+#[hook]
+pub fn use_knobs(init: &Init) -> (Knobs, Callback<Knobs>) {
+    let knobs = use_state(|| init.knobs.clone());
+    {
+        let setter = knobs.setter();
+        let local = init.local;
+        let initial = init.knobs.clone();
+        use_effect_with((), move |_| {
+            let sub = (!local).then(|| {
+                let s2 = setter.clone();
+                let (current, sub) = store::join(&initial, Callback::from(move |k| s2.set(k)));
+                if current != initial {
+                    setter.set(current);
+                }
+                sub
+            });
+            move || drop(sub)
+        });
+    }
+    let set = {
+        let setter = knobs.setter();
+        let local = init.local;
+        Callback::from(move |k: Knobs| {
+            if local {
+                setter.set(k)
+            } else {
+                store::publish(k)
+            }
+        })
+    };
+    ((*knobs).clone(), set)
+}
+
+#[component]
+pub fn Allocator(init: &Init) -> Html {
+    let (k, set) = use_knobs(init);
+    let uid = &init.uid;
+    let model = k
+        .get("model")
+        .unwrap_or(gpumem::knobs::DEFAULT_MODEL)
+        .to_string();
+    let batch = k.count("batch", 1);
+    let seq = k.count("seq", 2048);
+    let precision = k.get("precision").unwrap_or("bf16").to_string();
+    let inference = k.get("mode") == Some("inference");
+    let show_breakdown = init.option("show-breakdown") != Some("false");
+
+    // The model slider.
+    let rungs = ladder(
+        opt_f64(init, "model-min", 0.5),
+        opt_f64(init, "model-max", 175.0),
+        &model,
+    );
+    let model_at = rungs.iter().position(|r| r.name == model).unwrap_or(0);
+    let model_text = rungs
+        .get(model_at)
+        .map(|r| format!("{} ({} parameters)", r.name, params(r.params)))
+        .unwrap_or_else(|| model.clone());
+    let on_model = {
+        let (k, set, names) = (
+            k.clone(),
+            set.clone(),
+            rungs.iter().map(|r| r.name).collect::<Vec<_>>(),
+        );
+        Callback::from(move |i: i64| {
+            if let Some(n) = names.get(i.max(0) as usize) {
+                set.emit(k.with("model", *n));
+            }
+        })
+    };
+
+    // Batch: whole steps.
+    let batch_min = opt_count(init, "batch-min", 1).max(1);
+    let batch_max = opt_count(init, "batch-max", 64).max(batch).max(batch_min);
+    let on_batch = {
+        let (k, set) = (k.clone(), set.clone());
+        Callback::from(move |b: i64| set.emit(k.with("batch", b.max(1).to_string())))
+    };
+
+    // Sequence: powers of two.
+    let steps = seq_steps(
+        opt_count(init, "seq-min", 512),
+        opt_count(init, "seq-max", 32768),
+        seq,
+    );
+    let seq_at = steps.iter().position(|&s| s == seq).unwrap_or(0);
+    let on_seq = {
+        let (k, set, steps) = (k.clone(), set.clone(), steps.clone());
+        Callback::from(move |i: i64| {
+            if let Some(s) = steps.get(i.max(0) as usize) {
+                set.emit(k.with("seq", s.to_string()));
+            }
+        })
+    };
+
+    // Precision pills.
+    let mut pills: Vec<(String, String)> = PRECISIONS
+        .iter()
+        .map(|(v, l)| (v.to_string(), l.to_string()))
+        .collect();
+    if !pills.iter().any(|(v, _)| *v == precision) {
+        pills.push((precision.clone(), precision_label(&precision)));
+    }
+    let on_precision = {
+        let (k, set) = (k.clone(), set.clone());
+        Callback::from(move |p: String| set.emit(k.with("precision", p)))
+    };
+
+    // The budget: a GPU from the catalogue, or the capacity the page set.
+    let mut gpus: Vec<(String, String)> = gpu::GPUS
+        .iter()
+        .map(|g| (g.name.to_string(), format!("{} ({})", g.name, gib(g.capacity_bytes as f64))))
+        .collect();
+    let selected_gpu = match k.get("capacity") {
+        Some(c) => {
+            gpus.insert(0, ("custom".into(), format!("Custom ({c} GiB)")));
+            "custom".to_string()
+        }
+        None => k.get("gpu").unwrap_or("H100-80GB").to_string(),
+    };
+    let on_gpu = {
+        let (k, set) = (k.clone(), set.clone());
+        Callback::from(move |g: String| {
+            if g != "custom" {
+                set.emit(k.without("capacity").with("gpu", g));
+            }
+        })
+    };
+
+    let what = if inference { "Inference" } else { "Training" };
+    let sub = format!(
+        "{model} · b={batch} · s={} · {}",
+        tokens(seq),
+        precision_label(&precision)
+    );
+    let title_id = format!("{uid}-title");
+    let summary_id = format!("{uid}-summary");
+
+    let body = match k.estimate() {
+        Err(e) => html! { <p class="gm-error" role="alert">{ format!("Cannot estimate: {e}") }</p> },
+        Ok(est) => {
+            let total = est.device_bytes as f64;
+            let cap = est.capacity_bytes as f64;
+            let scale = total.max(cap);
+            let verdict = if est.fits {
+                format!("{} headroom", gib(est.headroom_bytes as f64))
+            } else {
+                format!("exceeds by {}", gib(-est.headroom_bytes as f64))
+            };
+            let summary = format!(
+                "{what} memory budget. {model}, batch {batch}, sequence {}, {} on {}. Total {} of {} — {}.",
+                tokens(seq),
+                precision_label(&precision),
+                est.gpu,
+                gib(total),
+                gib(cap),
+                if est.fits {
+                    format!("fits, {verdict}")
+                } else {
+                    format!("does not fit, {verdict}")
+                }
+            );
+            let slices = buckets(&est);
+            let segs: Html = if show_breakdown {
+                slices
+                    .iter()
+                    .filter(|b| b.bytes > 0.0)
+                    .map(|b| {
+                        html! {
+                            <div class={classes!("gm-seg", format!("gm-c-{}", b.key))}
+                                style={format!("width:{}", pct(b.bytes, scale))}
+                                title={format!("{}: {}", b.label, gib(b.bytes))}></div>
+                        }
+                    })
+                    .collect()
+            } else {
+                html! { <div class="gm-seg gm-c-total" style={format!("width:{}", pct(total, scale))}></div> }
+            };
+            let overflow = (total > cap).then(|| {
+                html! {
+                    <div class="gm-overflow" style={format!("left:{};width:{}", pct(cap, scale), pct(total - cap, scale))}></div>
+                }
+            });
+            let legend = show_breakdown.then(|| {
+                html! {
+                    <ul class="gm-legend">
+                        { for slices.iter().map(|b| html! {
+                            <li data-bucket={b.key}>
+                                <span class={classes!("gm-swatch", format!("gm-c-{}", b.key))} aria-hidden="true"></span>
+                                <span class="gm-name">{ b.label }</span>
+                                <span class="gm-num">{ gib(b.bytes) }</span>
+                            </li>
+                        }) }
+                    </ul>
+                }
+            });
+            let grads_later = !inference && est.gradients_bytes > 0 && est.components.get("gradients").copied().unwrap_or(0) == 0;
+            let phase_note = format!(
+                "Peak during {}{}",
+                est.peak_phase,
+                if grads_later { ": the gradients do not exist yet at that moment." } else { "." }
+            );
+            html! {
+                <>
+                    <p class="gm-total">
+                        <span class="gm-label">{ "Total" }</span>
+                        <strong class="gm-big" data-value="total">{ gib(total) }</strong>
+                        <span class="gm-of">{ format!("of {} on {}", gib(cap), est.gpu) }</span>
+                    </p>
+                    <div class="gm-bar" aria-hidden="true">
+                        { segs }
+                        { overflow }
+                        <div class="gm-cap" style={format!("left:{}", pct(cap, scale))}></div>
+                    </div>
+                    <p class={classes!("gm-verdict", if est.fits { "gm-ok" } else { "gm-over" })} data-value="verdict">
+                        { if est.fits { "✓ " } else { "✗ " } }{ verdict }
+                    </p>
+                    { legend }
+                    <p class="gm-note">{ phase_note }</p>
+                    { for est.notes.iter().map(|n| html! { <p class="gm-note">{ n.clone() }</p> }) }
+                    <p class="gm-sr" id={summary_id.clone()} aria-live="polite">{ summary }</p>
+                </>
+            }
+        }
+    };
+
+    html! {
+        <figure class="gm gm-allocator" data-widget="allocator" aria-labelledby={title_id.clone()}
+            aria-describedby={summary_id}>
+            <figcaption class="gm-head" id={title_id}>
+                <span class="gm-title">{ format!("{what} memory") }</span>
+                <span class="gm-sub">{ sub }</span>
+            </figcaption>
+            { body }
+            <div class="gm-controls">
+                <Slider id={format!("{uid}-model")} label="Model" min={0} max={rungs.len().saturating_sub(1) as i64}
+                    value={model_at as i64} valuetext={model_text} on_change={on_model} />
+                <Slider id={format!("{uid}-batch")} label="Batch" min={batch_min as i64} max={batch_max as i64}
+                    value={batch as i64} valuetext={batch.to_string()} on_change={on_batch} />
+                <Slider id={format!("{uid}-seq")} label="Sequence" min={0} max={steps.len().saturating_sub(1) as i64}
+                    value={seq_at as i64} valuetext={format!("{} tokens", tokens(seq))} on_change={on_seq} />
+                <RadioGroup id={format!("{uid}-precision")} label="Precision" options={pills}
+                    selected={precision} on_change={on_precision} />
+                <Select id={format!("{uid}-gpu")} label="GPU" options={gpus} selected={selected_gpu}
+                    on_change={on_gpu} />
+            </div>
+        </figure>
+    }
+}
+
+#[cfg(all(test, not(target_arch = "wasm32")))]
+mod tests {
+    use super::*;
+
+    fn init(knobs: &[(&str, &str)], options: &[(&str, &str)]) -> Init {
+        Init {
+            widget: "allocator".into(),
+            uid: "t".into(),
+            knobs: Knobs(
+                knobs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            options: options
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            local: false,
+        }
+    }
+
+    #[test]
+    fn buckets_add_up_to_the_device_total() {
+        for knobs in [
+            vec![("model", "llama3.1-8b"), ("precision", "bf16")],
+            vec![("model", "llama3.1-70b"), ("mode", "inference"), ("seq", "8k")],
+            vec![("model", "mixtral-8x7b"), ("precision", "mixed-bf16")],
+        ] {
+            let e = Knobs(knobs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
+                .estimate()
+                .unwrap();
+            let sum: f64 = buckets(&e).iter().map(|b| b.bytes).sum();
+            assert!((sum - e.device_bytes as f64).abs() < 8.0, "{knobs:?}");
+        }
+    }
+
+    #[test]
+    fn renders_the_engine_numbers_and_the_accessibility_hooks() {
+        let i = init(
+            &[("model", "llama3.1-8b"), ("batch", "1"), ("seq", "2048"), ("precision", "bf16")],
+            &[],
+        );
+        let html = crate::render(&i).unwrap();
+        let e = i.knobs.estimate().unwrap();
+        assert!(html.contains(r#"data-widget="allocator""#));
+        assert!(html.contains(&gib(e.device_bytes as f64)), "{html}");
+        assert!(html.contains(&format!("{} headroom", gib(e.headroom_bytes as f64))));
+        assert!(html.contains(&gib(e.components["activations"] as f64)));
+        assert!(html.contains(&gib(e.components["logits"] as f64)));
+        assert!(html.contains(r#"role="radiogroup""#));
+        assert!(html.contains(r#"aria-checked="true""#));
+        assert!(html.contains(r#"aria-live="polite""#));
+        assert!(html.contains(r#"aria-valuetext="2K tokens""#));
+        assert!(html.contains("llama3.1-8b · b=1 · s=2K · BF16"));
+    }
+
+    #[test]
+    fn says_when_it_does_not_fit() {
+        let i = init(&[("model", "llama3.1-70b"), ("precision", "mixed-bf16")], &[]);
+        let html = crate::render(&i).unwrap();
+        assert!(html.contains("exceeds by"), "{html}");
+        assert!(html.contains("gm-overflow"));
+        assert!(html.contains("does not fit"));
+    }
+
+    #[test]
+    fn options_shape_the_sliders_and_the_breakdown() {
+        let i = init(
+            &[("model", "llama3.1-8b"), ("capacity", "80")],
+            &[("show-breakdown", "false"), ("batch-max", "16"), ("seq-max", "8k")],
+        );
+        let html = crate::render(&i).unwrap();
+        assert!(!html.contains("gm-legend"));
+        assert!(html.contains("Custom (80 GiB)"));
+        // Sequence: 512, 1K, 2K, 4K, 8K → index 0..4.
+        assert!(html.contains(r#"id="t-seq" min="0" max="4""#), "{html}");
+        assert!(html.contains(r#"id="t-batch" min="1" max="16""#), "{html}");
+        let rungs = ladder(0.5, 175.0, "gpt2");
+        assert!(rungs.iter().any(|r| r.name == "gpt2"), "the current model is always on the slider");
+        assert!(!rungs.iter().any(|r| r.name == "llama3.1-405b"));
+    }
+}

@@ -1,0 +1,150 @@
+//! gpumem's widgets: Yew components that show what the engine computes.
+//!
+//! Natively (the book build) each widget renders to HTML with Yew's server renderer, so pages
+//! carry the right numbers before any script runs. In the browser the one wasm bundle finds
+//! every host element (`[data-gpumem]`, whose JSON is an [`Init`]) and hydrates it with the
+//! same component and the same engine. Widgets whose scope is the page share one set of knobs
+//! (see [`store`]): moving a slider in one re-evaluates them all.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use yew::Properties;
+
+pub mod allocator;
+pub mod controls;
+pub mod format;
+pub mod store;
+
+/// The scenario's knobs (`gpumem::knobs` vocabulary): `model=llama3.1-8b`, `batch=4`, …
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Knobs(pub BTreeMap<String, String>);
+
+impl Knobs {
+    pub fn get(&self, k: &str) -> Option<&str> {
+        self.0.get(k).map(String::as_str)
+    }
+
+    /// A whole-number knob, or `default` when unset or unreadable.
+    pub fn count(&self, k: &str, default: u64) -> u64 {
+        self.get(k)
+            .and_then(|v| gpumem::knobs::count(k, v).ok())
+            .unwrap_or(default)
+    }
+
+    /// A copy with one knob set.
+    pub fn with(&self, k: &str, v: impl Into<String>) -> Knobs {
+        let mut n = self.clone();
+        n.0.insert(k.to_string(), v.into());
+        n
+    }
+
+    /// A copy with one knob removed.
+    pub fn without(&self, k: &str) -> Knobs {
+        let mut n = self.clone();
+        n.0.remove(k);
+        n
+    }
+
+    pub fn scenario(&self) -> gpumem::Result<gpumem::Scenario> {
+        gpumem::knobs::scenario(self.0.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+    }
+
+    pub fn estimate(&self) -> gpumem::Result<gpumem::Estimate> {
+        gpumem::estimate(&self.scenario()?)
+    }
+}
+
+/// What a widget starts from: written by the book build into the host element, read back by
+/// the wasm when it hydrates.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Properties)]
+pub struct Init {
+    /// The widget's name (`allocator`, …).
+    pub widget: String,
+    /// An id unique on the page; element ids inside the widget derive from it.
+    pub uid: String,
+    /// The scenario the widget shows first.
+    #[serde(default)]
+    pub knobs: Knobs,
+    /// The widget's own attributes (`show-breakdown=false`, `seq-max=128k`, …).
+    #[serde(default)]
+    pub options: BTreeMap<String, String>,
+    /// `scope=local`: the widget keeps its own knobs instead of the page's.
+    #[serde(default)]
+    pub local: bool,
+}
+
+impl Init {
+    pub fn option(&self, k: &str) -> Option<&str> {
+        self.options.get(k).map(String::as_str)
+    }
+}
+
+/// The widgets that render today.
+pub const RENDERED: &[&str] = &["allocator"];
+
+/// The attribute of a host element that carries its [`Init`] as JSON.
+pub const HOST_ATTR: &str = "data-gpumem";
+
+/// Render a widget to HTML (the book build). The HTML hydrates in the browser.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn render(init: &Init) -> Result<String, String> {
+    let html = match init.widget.as_str() {
+        "allocator" => futures::executor::block_on(
+            yew::LocalServerRenderer::<allocator::Allocator>::with_props(init.clone()).render(),
+        ),
+        other => {
+            return Err(format!(
+                "the {other} widget is not built yet (built: {})",
+                RENDERED.join(", ")
+            ))
+        }
+    };
+    Ok(html)
+}
+
+/// The host element the book build writes: the widget's pre-rendered HTML inside an element
+/// that carries its [`Init`]. One line, so markdown keeps it as one HTML block.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn host_html(init: &Init) -> Result<String, String> {
+    let inner = render(init)?;
+    let json = serde_json::to_string(init).map_err(|e| e.to_string())?;
+    Ok(format!(
+        "<div class=\"gm-host\" {HOST_ATTR}=\"{}\">{}</div>",
+        format::escape_attr(&json),
+        inner
+    ))
+}
+
+/// The browser entry point: hydrate every widget host on the page.
+#[cfg(target_arch = "wasm32")]
+#[wasm_bindgen::prelude::wasm_bindgen(start)]
+pub fn start() {
+    let Some(doc) = web_sys::window().and_then(|w| w.document()) else {
+        return;
+    };
+    let Ok(hosts) = doc.query_selector_all(&format!("[{HOST_ATTR}]")) else {
+        return;
+    };
+    for i in 0..hosts.length() {
+        let Some(el) = hosts
+            .item(i)
+            .and_then(|n| wasm_bindgen::JsCast::dyn_into::<web_sys::Element>(n).ok())
+        else {
+            continue;
+        };
+        let Some(init) = el
+            .get_attribute(HOST_ATTR)
+            .and_then(|j| serde_json::from_str::<Init>(&j).ok())
+        else {
+            continue;
+        };
+        match init.widget.as_str() {
+            "allocator" => {
+                yew::Renderer::<allocator::Allocator>::with_root_and_props(el, init).hydrate();
+            }
+            _ => continue,
+        }
+    }
+}
