@@ -65,11 +65,14 @@ pub fn buckets(e: &Estimate) -> Vec<Bucket> {
     });
     b.push(Bucket {
         key: "overhead",
-        label: "CUDA context + allocator",
+        label: "CUDA + allocator",
         bytes: (e.cuda_context_bytes + e.allocator_reserve_bytes) as f64,
     });
     b
 }
+
+/// Slices the legend always lists, even when empty at the peak (gradients often are).
+const CORE: &[&str] = &["weights", "gradients", "optimizer", "kv", "activations", "logits"];
 
 /// A model on the size slider.
 #[derive(Clone, Debug, PartialEq)]
@@ -332,7 +335,7 @@ pub fn Allocator(init: &Init) -> Html {
             let legend = show_breakdown.then(|| {
                 html! {
                     <ul class="gm-legend">
-                        { for slices.iter().map(|b| html! {
+                        { for slices.iter().filter(|b| b.bytes > 0.0 || CORE.contains(&b.key)).map(|b| html! {
                             <li data-bucket={b.key}>
                                 <span class={classes!("gm-swatch", format!("gm-c-{}", b.key))} aria-hidden="true"></span>
                                 <span class="gm-name">{ b.label }</span>
