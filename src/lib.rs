@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+pub mod browser;
 pub mod katex;
 pub mod serve;
 pub mod wasm;
@@ -71,11 +72,13 @@ pub fn build_assets(p: &Paths) -> Result<Duration> {
 /// until the new one is complete, and a failed build leaves no half-written site.
 pub fn build_book(p: &Paths) -> Result<Duration> {
     let t = Instant::now();
-    let staging = p.dest.with_extension(format!("staging-{}", std::process::id()));
+    let staging = p
+        .dest
+        .with_extension(format!("staging-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&staging);
     let result = (|| -> Result<()> {
-        let mut book = mdbook_driver::MDBook::load(&p.root)
-            .map_err(|e| format!("book.toml: {e:#}"))?;
+        let mut book =
+            mdbook_driver::MDBook::load(&p.root).map_err(|e| format!("book.toml: {e:#}"))?;
         book.config.build.build_dir = staging.clone();
         book.with_preprocessor(mdbook_katex::preprocess::KatexProcessor);
         book.with_preprocessor(mdbook_gpumem::GpumemPreprocessor);

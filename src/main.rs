@@ -31,10 +31,16 @@ fn run() -> gpumem_site::Result<()> {
     let mut port: u16 = 3000;
     while let Some(a) = args.next() {
         match a.as_str() {
-            "--dest" => dest = Some(PathBuf::from(args.next().ok_or("--dest needs a directory")?)),
+            "--dest" => {
+                dest = Some(PathBuf::from(
+                    args.next().ok_or("--dest needs a directory")?,
+                ))
+            }
             "--port" => {
                 let v = args.next().ok_or("--port needs a number")?;
-                port = v.parse().map_err(|_| format!("--port: '{v}' is not a port number"))?;
+                port = v
+                    .parse()
+                    .map_err(|_| format!("--port: '{v}' is not a port number"))?;
             }
             other => return Err(format!("unknown argument '{other}'\n\n{USAGE}").into()),
         }

@@ -165,7 +165,13 @@ fn handle(mut stream: TcpStream, dir: &Path, version: &AtomicU64, live: bool) ->
     let method = parts.next().unwrap_or("");
     let target = parts.next().unwrap_or("/");
     if method != "GET" && method != "HEAD" {
-        return respond(&mut stream, "405 Method Not Allowed", "text/plain", b"", method);
+        return respond(
+            &mut stream,
+            "405 Method Not Allowed",
+            "text/plain",
+            b"",
+            method,
+        );
     }
     if target.starts_with("/__gpumem/version") {
         let v = version.load(Ordering::SeqCst).to_string();
@@ -209,8 +215,14 @@ mod tests {
     #[test]
     fn paths_stay_inside_the_site() {
         let d = Path::new("/site");
-        assert_eq!(resolve(d, "/a/b.html?x#y"), Some(PathBuf::from("/site/a/b.html")));
-        assert_eq!(resolve(d, "/a%20b.css"), Some(PathBuf::from("/site/a b.css")));
+        assert_eq!(
+            resolve(d, "/a/b.html?x#y"),
+            Some(PathBuf::from("/site/a/b.html"))
+        );
+        assert_eq!(
+            resolve(d, "/a%20b.css"),
+            Some(PathBuf::from("/site/a b.css"))
+        );
         assert_eq!(resolve(d, "/../etc/passwd"), None);
         assert_eq!(resolve(d, "/%2e%2e/etc/passwd"), None);
         assert_eq!(resolve(d, "/a/%2e%2e%2f%2e%2e/x"), None);

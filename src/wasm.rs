@@ -42,7 +42,9 @@ pub fn ensure_target(root: &Path) -> Result<()> {
 /// Build the widgets crate for wasm (profile `wasm`: size over speed) and return the module.
 pub fn build(root: &Path, target_dir: &Path) -> Result<PathBuf> {
     let st = Command::new(cargo())
-        .args(["build", "--quiet", "--lib", "-p", PACKAGE, "--target", TARGET])
+        .args([
+            "build", "--quiet", "--lib", "-p", PACKAGE, "--target", TARGET,
+        ])
         .args(["--profile", "wasm", "--target-dir"])
         .arg(target_dir)
         .current_dir(root)
@@ -51,7 +53,10 @@ pub fn build(root: &Path, target_dir: &Path) -> Result<PathBuf> {
     if !st.success() {
         return Err(format!("building the widgets for {TARGET} failed ({st})").into());
     }
-    Ok(target_dir.join(TARGET).join("wasm").join("gpumem_widgets.wasm"))
+    Ok(target_dir
+        .join(TARGET)
+        .join("wasm")
+        .join("gpumem_widgets.wasm"))
 }
 
 /// Generate the JS bindings (an ES module) next to a slimmed module, into `out`.

@@ -2,5 +2,6 @@
 import init from "./gpumem_widgets.js";
 
 if (document.querySelector("[data-gpumem]")) {
-  init().catch((e) => console.error("gpumem widgets failed to start:", e));
+  const module_or_path = new URL("gpumem_widgets_bg.wasm", import.meta.url);
+  init({ module_or_path }).catch((e) => console.error("gpumem widgets failed to start:", e));
 }

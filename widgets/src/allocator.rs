@@ -72,7 +72,14 @@ pub fn buckets(e: &Estimate) -> Vec<Bucket> {
 }
 
 /// Slices the legend always lists, even when empty at the peak (gradients often are).
-const CORE: &[&str] = &["weights", "gradients", "optimizer", "kv", "activations", "logits"];
+const CORE: &[&str] = &[
+    "weights",
+    "gradients",
+    "optimizer",
+    "kv",
+    "activations",
+    "logits",
+];
 
 /// A model on the size slider.
 #[derive(Clone, Debug, PartialEq)]
@@ -182,9 +189,26 @@ pub fn use_knobs(init: &Init) -> (Knobs, Callback<Knobs>) {
     ((*knobs).clone(), set)
 }
 
+/// A node ref for a widget's root that gets `data-live` once the widget runs in the browser
+/// (hydrated and listening); tests and readers' scripts can wait for it.
+#[hook]
+pub fn use_live_marker() -> NodeRef {
+    let root = use_node_ref();
+    {
+        let root = root.clone();
+        use_effect_with((), move |_| {
+            if let Some(el) = root.cast::<web_sys::Element>() {
+                let _ = el.set_attribute("data-live", "");
+            }
+        });
+    }
+    root
+}
+
 #[component]
 pub fn Allocator(init: &Init) -> Html {
     let (k, set) = use_knobs(init);
+    let root = use_live_marker();
     let uid = &init.uid;
     let model = k
         .get("model")
@@ -260,7 +284,12 @@ pub fn Allocator(init: &Init) -> Html {
     // The budget: a GPU from the catalogue, or the capacity the page set.
     let mut gpus: Vec<(String, String)> = gpu::GPUS
         .iter()
-        .map(|g| (g.name.to_string(), format!("{} ({})", g.name, gib(g.capacity_bytes as f64))))
+        .map(|g| {
+            (
+                g.name.to_string(),
+                format!("{} ({})", g.name, gib(g.capacity_bytes as f64)),
+            )
+        })
         .collect();
     let selected_gpu = match k.get("capacity") {
         Some(c) => {
@@ -288,7 +317,9 @@ pub fn Allocator(init: &Init) -> Html {
     let summary_id = format!("{uid}-summary");
 
     let body = match k.estimate() {
-        Err(e) => html! { <p class="gm-error" role="alert">{ format!("Cannot estimate: {e}") }</p> },
+        Err(e) => {
+            html! { <p class="gm-error" role="alert">{ format!("Cannot estimate: {e}") }</p> }
+        }
         Ok(est) => {
             let total = est.device_bytes as f64;
             let cap = est.capacity_bytes as f64;
@@ -345,11 +376,17 @@ pub fn Allocator(init: &Init) -> Html {
                     </ul>
                 }
             });
-            let grads_later = !inference && est.gradients_bytes > 0 && est.components.get("gradients").copied().unwrap_or(0) == 0;
+            let grads_later = !inference
+                && est.gradients_bytes > 0
+                && est.components.get("gradients").copied().unwrap_or(0) == 0;
             let phase_note = format!(
                 "Peak during {}{}",
                 est.peak_phase,
-                if grads_later { ": the gradients do not exist yet at that moment." } else { "." }
+                if grads_later {
+                    ": the gradients do not exist yet at that moment."
+                } else {
+                    "."
+                }
             );
             html! {
                 <>
@@ -376,7 +413,7 @@ pub fn Allocator(init: &Init) -> Html {
     };
 
     html! {
-        <figure class="gm gm-allocator" data-widget="allocator" aria-labelledby={title_id.clone()}
+        <figure class="gm gm-allocator" data-widget="allocator" ref={root} aria-labelledby={title_id.clone()}
             aria-describedby={summary_id}>
             <figcaption class="gm-head" id={title_id}>
                 <span class="gm-title">{ format!("{what} memory") }</span>
@@ -425,12 +462,21 @@ mod tests {
     fn buckets_add_up_to_the_device_total() {
         for knobs in [
             vec![("model", "llama3.1-8b"), ("precision", "bf16")],
-            vec![("model", "llama3.1-70b"), ("mode", "inference"), ("seq", "8k")],
+            vec![
+                ("model", "llama3.1-70b"),
+                ("mode", "inference"),
+                ("seq", "8k"),
+            ],
             vec![("model", "mixtral-8x7b"), ("precision", "mixed-bf16")],
         ] {
-            let e = Knobs(knobs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
-                .estimate()
-                .unwrap();
+            let e = Knobs(
+                knobs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            )
+            .estimate()
+            .unwrap();
             let sum: f64 = buckets(&e).iter().map(|b| b.bytes).sum();
             assert!((sum - e.device_bytes as f64).abs() < 8.0, "{knobs:?}");
         }
@@ -439,7 +485,12 @@ mod tests {
     #[test]
     fn renders_the_engine_numbers_and_the_accessibility_hooks() {
         let i = init(
-            &[("model", "llama3.1-8b"), ("batch", "1"), ("seq", "2048"), ("precision", "bf16")],
+            &[
+                ("model", "llama3.1-8b"),
+                ("batch", "1"),
+                ("seq", "2048"),
+                ("precision", "bf16"),
+            ],
             &[],
         );
         let html = crate::render(&i).unwrap();
@@ -458,7 +509,10 @@ mod tests {
 
     #[test]
     fn says_when_it_does_not_fit() {
-        let i = init(&[("model", "llama3.1-70b"), ("precision", "mixed-bf16")], &[]);
+        let i = init(
+            &[("model", "llama3.1-70b"), ("precision", "mixed-bf16")],
+            &[],
+        );
         let html = crate::render(&i).unwrap();
         assert!(html.contains("exceeds by"), "{html}");
         assert!(html.contains("gm-overflow"));
@@ -469,7 +523,11 @@ mod tests {
     fn options_shape_the_sliders_and_the_breakdown() {
         let i = init(
             &[("model", "llama3.1-8b"), ("capacity", "80")],
-            &[("show-breakdown", "false"), ("batch-max", "16"), ("seq-max", "8k")],
+            &[
+                ("show-breakdown", "false"),
+                ("batch-max", "16"),
+                ("seq-max", "8k"),
+            ],
         );
         let html = crate::render(&i).unwrap();
         assert!(!html.contains("gm-legend"));
@@ -478,7 +536,10 @@ mod tests {
         assert!(html.contains(r#"id="t-seq" min="0" max="4""#), "{html}");
         assert!(html.contains(r#"id="t-batch" min="1" max="16""#), "{html}");
         let rungs = ladder(0.5, 175.0, "gpt2");
-        assert!(rungs.iter().any(|r| r.name == "gpt2"), "the current model is always on the slider");
+        assert!(
+            rungs.iter().any(|r| r.name == "gpt2"),
+            "the current model is always on the slider"
+        );
         assert!(!rungs.iter().any(|r| r.name == "llama3.1-405b"));
     }
 }

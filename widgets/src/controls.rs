@@ -64,7 +64,11 @@ pub fn RadioGroup(p: &RadioProps) -> Html {
     let pills = p.options.iter().enumerate().map(|(i, (value, text))| {
         let is_checked = Some(i) == checked;
         // Roving tabindex: the checked pill (or the first, when none is) takes Tab.
-        let tab = if is_checked || (checked.is_none() && i == 0) { "0" } else { "-1" };
+        let tab = if is_checked || (checked.is_none() && i == 0) {
+            "0"
+        } else {
+            "-1"
+        };
         let onclick = {
             let cb = p.on_change.clone();
             let v = value.clone();

@@ -16,8 +16,8 @@ use std::ops::Range;
 use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd};
 
 mod preprocess;
-pub use preprocess::{preprocess, GpumemPreprocessor};
 use gpumem::knobs::{self, shown};
+pub use preprocess::{preprocess, GpumemPreprocessor};
 use serde_json::Value;
 
 /// The widgets a directive can name.
@@ -211,7 +211,6 @@ fn tokens(body: &str) -> Result<Vec<String>, String> {
     }
     Ok(out)
 }
-
 
 fn parse_body(body: &str, line: usize, span: Range<usize>) -> Result<Directive, DirectiveError> {
     let err = |message: String| DirectiveError { line, message };

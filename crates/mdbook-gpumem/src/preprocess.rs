@@ -16,8 +16,8 @@ const INLINE: &[&str] = &["value"];
 /// Expand every directive of one chapter into its widget's HTML. `file` names the chapter in
 /// errors (`book/intro.md`); every problem is reported, each as `FILE:LINE: what is wrong`.
 pub fn preprocess(file: &str, src: &str) -> std::result::Result<String, Vec<String>> {
-    let directives = parse_chapter(src)
-        .map_err(|errs| errs.iter().map(|e| e.at(file)).collect::<Vec<_>>())?;
+    let directives =
+        parse_chapter(src).map_err(|errs| errs.iter().map(|e| e.at(file)).collect::<Vec<_>>())?;
     let mut errors = Vec::new();
 
     // The page's knobs: every page-scoped widget's, which must agree.
@@ -53,7 +53,11 @@ pub fn preprocess(file: &str, src: &str) -> std::result::Result<String, Vec<Stri
         let init = Init {
             widget: d.widget.clone(),
             uid: format!("gm{}", n + 1),
-            knobs: if is_local(d) { knobs_of(d) } else { page.clone() },
+            knobs: if is_local(d) {
+                knobs_of(d)
+            } else {
+                page.clone()
+            },
             options: d
                 .attrs
                 .iter()
@@ -78,7 +82,10 @@ pub fn preprocess(file: &str, src: &str) -> std::result::Result<String, Vec<Stri
 }
 
 fn line_number(msg: &str) -> usize {
-    msg.split(':').nth(1).and_then(|l| l.parse().ok()).unwrap_or(0)
+    msg.split(':')
+        .nth(1)
+        .and_then(|l| l.parse().ok())
+        .unwrap_or(0)
 }
 
 fn is_local(d: &Directive) -> bool {
@@ -150,13 +157,21 @@ mod tests {
     fn a_directive_becomes_a_hydratable_host_with_the_numbers() {
         let src = "# Budget\n\nText.\n\n{{#gpumem allocator preset=llama3.2-1b batch=2 seq=1k}}\n\nMore.\n";
         let out = preprocess("book/x.md", src).unwrap();
-        assert!(out.contains("<div class=\"gm-host\" data-gpumem=\"{&quot;widget&quot;:&quot;allocator&quot;"), "{out}");
+        assert!(
+            out.contains(
+                "<div class=\"gm-host\" data-gpumem=\"{&quot;widget&quot;:&quot;allocator&quot;"
+            ),
+            "{out}"
+        );
         assert!(out.contains("data-widget=\"allocator\""));
         assert!(out.contains("llama3.2-1b · b=2 · s=1K"));
         assert!(out.starts_with("# Budget\n\nText.\n\n"));
         assert!(out.ends_with("\n\nMore.\n"));
         // One line: markdown keeps it as one HTML block.
-        let host = out.lines().find(|l| l.starts_with("<div class=\"gm-host\"")).unwrap();
+        let host = out
+            .lines()
+            .find(|l| l.starts_with("<div class=\"gm-host\""))
+            .unwrap();
         assert!(host.ends_with("</div>"));
     }
 
@@ -164,20 +179,33 @@ mod tests {
     fn page_widgets_share_knobs_and_contradictions_are_errors() {
         let src = "{{#gpumem allocator batch=2}}\n\n{{#gpumem allocator seq=4k}}\n";
         let out = preprocess("book/x.md", src).unwrap();
-        assert_eq!(out.matches("b=2 · s=4K").count(), 2, "both show the page's knobs");
+        assert_eq!(
+            out.matches("b=2 · s=4K").count(),
+            2,
+            "both show the page's knobs"
+        );
         let src = "{{#gpumem allocator batch=2}}\n\n{{#gpumem allocator batch=4}}\n\n{{#gpumem allocator batch=8 scope=local}}\n";
         let e = preprocess("book/x.md", src).unwrap_err();
         assert_eq!(e.len(), 1, "{e:?}");
-        assert!(e[0].starts_with("book/x.md:3: batch=4 contradicts batch=2 on line 1"), "{e:?}");
+        assert!(
+            e[0].starts_with("book/x.md:3: batch=4 contradicts batch=2 on line 1"),
+            "{e:?}"
+        );
     }
 
     #[test]
     fn misplaced_unknown_and_unbuilt_widgets_fail_with_file_and_line() {
         let e = preprocess("book/x.md", "Some {{#gpumem allocator}} inline.\n").unwrap_err();
-        assert!(e[0].starts_with("book/x.md:1: the allocator widget is a block"), "{e:?}");
+        assert!(
+            e[0].starts_with("book/x.md:1: the allocator widget is a block"),
+            "{e:?}"
+        );
         let e = preprocess("book/x.md", "a\n\n{{#gpumem allocator batch=-1}}\n").unwrap_err();
         assert!(e[0].starts_with("book/x.md:3: batch:"), "{e:?}");
         let e = preprocess("book/x.md", "a\n\n{{#gpumem timeline}}\n").unwrap_err();
-        assert!(e[0].starts_with("book/x.md:3: the timeline widget is not built yet"), "{e:?}");
+        assert!(
+            e[0].starts_with("book/x.md:3: the timeline widget is not built yet"),
+            "{e:?}"
+        );
     }
 }

@@ -1,0 +1,307 @@
+//! The site end to end: built by the one command's library, served on 127.0.0.1, read by
+//! headless Chromium. Needs Debian's `chromium` and `chromium-driver` (.ci/run installs them).
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use gpumem_site::browser::Chrome;
+use gpumem_site::{build, build_book, serve, Paths};
+use gpumem_widgets::format::gib;
+use serde_json::json;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Build the site once for all tests, into its own directory.
+fn site() -> &'static Paths {
+    static SITE: OnceLock<Paths> = OnceLock::new();
+    SITE.get_or_init(|| {
+        let root = root();
+        let dest = root.join("target/test-site");
+        let p = Paths::new(root, Some(dest));
+        build(&p).unwrap_or_else(|e| panic!("site build failed: {e}"));
+        p
+    })
+}
+
+/// Serve the site on a free port; returns the base URL.
+fn served() -> &'static str {
+    static URL: OnceLock<String> = OnceLock::new();
+    URL.get_or_init(|| {
+        let dir = site().dest.clone();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        std::thread::spawn(move || {
+            serve::serve_dir(listener, dir, Arc::new(AtomicU64::new(1)), false)
+        });
+        url
+    })
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// The allocator's numbers for the first chapter's scenario, as the engine computes them.
+fn budget_estimate() -> gpumem::Estimate {
+    gpumem::knobs::scenario([
+        ("model", "llama3.1-8b"),
+        ("batch", "1"),
+        ("seq", "2k"),
+        ("precision", "bf16"),
+    ])
+    .and_then(|s| gpumem::estimate(&s))
+    .unwrap()
+}
+
+#[test]
+fn pages_carry_the_numbers_before_any_script_runs() {
+    let html = read(&site().dest.join("budget.html"));
+    let e = budget_estimate();
+    assert!(html.contains(r#"data-widget="allocator""#));
+    assert!(html.contains(&gib(e.device_bytes as f64)), "total");
+    assert!(
+        html.contains(&gib(e.components["activations"] as f64)),
+        "activations"
+    );
+    assert!(html.contains(&gib(e.components["logits"] as f64)), "logits");
+    assert!(html.contains(&format!("{} headroom", gib(e.headroom_bytes as f64))));
+    // KaTeX typeset at build time, styled from the site itself.
+    assert!(html.contains(r#"class="katex""#));
+    assert!(html.contains(r#"href="katex/katex.min.css""#));
+    assert!(site()
+        .dest
+        .join("katex/fonts/KaTeX_Main-Regular.woff2")
+        .is_file());
+    // One bundle for every widget.
+    assert!(site().dest.join("gpumem/gpumem_widgets_bg.wasm").is_file());
+    assert!(
+        !site().dest.join("theme").exists(),
+        "templates are not published"
+    );
+}
+
+#[test]
+fn nothing_in_the_site_points_at_another_host() {
+    let mut stack = vec![site().dest.clone()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+                continue;
+            }
+            let ext = p.extension().and_then(|x| x.to_str()).unwrap_or("");
+            if !["html", "css", "js"].contains(&ext) {
+                continue;
+            }
+            let text = read(&p);
+            for needle in [
+                "src=\"http",
+                "href=\"http",
+                "url(http",
+                "url(\"http",
+                "url('http",
+                "@import \"http",
+            ] {
+                assert!(
+                    !text.contains(needle),
+                    "{}: refers to another host ({needle})",
+                    p.display()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_bad_directive_fails_the_build_with_file_and_line_and_keeps_the_old_site() {
+    let tmp = std::env::temp_dir().join(format!("gpumem-badbook-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(tmp.join("book")).unwrap();
+    std::fs::copy(root().join("book.toml"), tmp.join("book.toml")).unwrap();
+    std::fs::create_dir_all(tmp.join("book/theme")).unwrap();
+    std::fs::copy(
+        root().join("book/theme/head.hbs"),
+        tmp.join("book/theme/head.hbs"),
+    )
+    .unwrap();
+    std::fs::create_dir_all(tmp.join("widgets")).unwrap();
+    std::fs::copy(
+        root().join("widgets/gpumem.css"),
+        tmp.join("widgets/gpumem.css"),
+    )
+    .unwrap();
+    std::fs::write(
+        tmp.join("book/SUMMARY.md"),
+        "# Summary\n\n- [Bad](bad.md)\n",
+    )
+    .unwrap();
+    std::fs::write(
+        tmp.join("book/bad.md"),
+        "# Bad\n\n{{#gpumem allocator batch=0}}\n\n{{#gpumem alocator}}\n",
+    )
+    .unwrap();
+    // The previous good site.
+    let dest = tmp.join("site");
+    std::fs::create_dir_all(&dest).unwrap();
+    std::fs::write(dest.join("index.html"), "previous").unwrap();
+    let p = Paths {
+        root: tmp.clone(),
+        target: site().target.clone(),
+        dest: dest.clone(),
+    };
+    let err = build_book(&p).unwrap_err().to_string();
+    assert!(err.contains("book/bad.md:3: batch:"), "{err}");
+    assert!(
+        err.contains("book/bad.md:5: unknown widget 'alocator'"),
+        "{err}"
+    );
+    assert_eq!(read(&dest.join("index.html")), "previous");
+    let leftovers: Vec<_> = std::fs::read_dir(&tmp)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(
+        leftovers
+            .iter()
+            .all(|n| !n.to_string_lossy().contains("staging")),
+        "no half-written site left: {leftovers:?}"
+    );
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
+const LEGEND: &str = r#"return [...document.querySelectorAll('[data-widget=allocator] .gm-legend li')].map(li => li.dataset.bucket + '=' + li.querySelector('.gm-num').textContent).join(' ');"#;
+const VERDICT: &str =
+    r#"return document.querySelector('[data-widget=allocator] [data-value=verdict]').textContent;"#;
+
+#[test]
+fn in_the_browser_the_widget_hydrates_and_follows_its_controls() {
+    let url = format!("{}/budget.html", served());
+    let c = Chrome::start().unwrap_or_else(|e| panic!("{e}"));
+    c.goto(&url).unwrap();
+    c.wait_for(
+        "return document.querySelector('[data-widget=allocator][data-live]') !== null",
+        Duration::from_secs(20),
+    )
+    .unwrap();
+    let e = budget_estimate();
+    let before = c.eval(LEGEND, json!([])).unwrap();
+    assert!(
+        before.as_str().unwrap().contains(&format!(
+            "activations={}",
+            gib(e.components["activations"] as f64)
+        )),
+        "{before}"
+    );
+    let verdict = c.eval(VERDICT, json!([])).unwrap();
+    assert!(verdict.as_str().unwrap().contains("headroom"), "{verdict}");
+
+    // The batch slider, by keyboard: 1 → 8.
+    let slider = c.find("[data-widget=allocator] input[id$=-batch]").unwrap();
+    c.send_keys(&slider, &"\u{E014}".repeat(7)).unwrap();
+    c.wait_for(
+        "return document.querySelector('[data-widget=allocator] input[id$=-batch]').value === '8'",
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    let b8 = gpumem::knobs::scenario([
+        ("model", "llama3.1-8b"),
+        ("batch", "8"),
+        ("seq", "2k"),
+        ("precision", "bf16"),
+    ])
+    .and_then(|s| gpumem::estimate(&s))
+    .unwrap();
+    let after = c.eval(LEGEND, json!([])).unwrap();
+    assert_ne!(before, after);
+    assert!(
+        after.as_str().unwrap().contains(&format!(
+            "activations={}",
+            gib(b8.components["activations"] as f64)
+        )),
+        "{after}"
+    );
+    let verdict = c.eval(VERDICT, json!([])).unwrap();
+    assert!(
+        verdict.as_str().unwrap().contains("exceeds by"),
+        "{verdict}"
+    );
+    let summary = c.eval("return document.querySelector('[data-widget=allocator] [aria-live=polite]').textContent", json!([])).unwrap();
+    assert!(
+        summary.as_str().unwrap().contains("batch 8"),
+        "the live region tells: {summary}"
+    );
+
+    // Precision pills: a radiogroup driven by arrows.
+    let checked = c
+        .find("[data-widget=allocator] [role=radio][aria-checked=true]")
+        .unwrap();
+    c.send_keys(&checked, "\u{E014}").unwrap();
+    c.wait_for("var el = document.activeElement; return el.getAttribute('role') === 'radio' && el.getAttribute('aria-checked') === 'true' && el.textContent === 'Mixed BF16'", Duration::from_secs(5))
+        .unwrap();
+    let sub = c
+        .eval(
+            "return document.querySelector('[data-widget=allocator] .gm-sub').textContent",
+            json!([]),
+        )
+        .unwrap();
+    assert!(sub.as_str().unwrap().ends_with("Mixed BF16"), "{sub}");
+
+    // No request left 127.0.0.1, and the console is clean.
+    let urls = c
+        .eval(
+            "return [location.href, ...performance.getEntriesByType('resource').map(e => e.name)]",
+            json!([]),
+        )
+        .unwrap();
+    for u in urls.as_array().unwrap() {
+        assert!(u.as_str().unwrap().starts_with(served()), "request to {u}");
+    }
+    assert!(urls.to_string().contains("gpumem_widgets_bg.wasm"));
+    let console = c.console().unwrap();
+    let bad: Vec<_> = console
+        .iter()
+        .filter(|m| m["level"] == "SEVERE" || m["level"] == "WARNING")
+        .collect();
+    assert!(bad.is_empty(), "console: {bad:?}");
+
+    // Every theme: the widget takes the theme's colours. Screenshots go to target/screenshots.
+    let shots = root().join("target/screenshots");
+    std::fs::create_dir_all(&shots).unwrap();
+    let mut backgrounds = Vec::new();
+    for theme in ["light", "rust", "coal", "navy", "ayu"] {
+        c.eval(
+            "localStorage.setItem('mdbook-theme', arguments[0]); return true",
+            json!([theme]),
+        )
+        .unwrap();
+        c.goto(&url).unwrap();
+        c.wait_for(
+            "return document.querySelector('[data-widget=allocator][data-live]') !== null",
+            Duration::from_secs(20),
+        )
+        .unwrap();
+        let colours = c.eval("var s = getComputedStyle(document.querySelector('[data-widget=allocator]')); return [s.backgroundColor, s.color, getComputedStyle(document.body).color]", json!([])).unwrap();
+        assert_eq!(
+            colours[1], colours[2],
+            "{theme}: the widget's text is the theme's"
+        );
+        backgrounds.push(colours[0].clone());
+        std::fs::write(
+            shots.join(format!("budget-{theme}.png")),
+            c.screenshot().unwrap(),
+        )
+        .unwrap();
+    }
+    backgrounds.dedup();
+    assert!(
+        backgrounds.len() >= 4,
+        "themes change the widget: {backgrounds:?}"
+    );
+}
