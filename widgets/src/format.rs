@@ -14,9 +14,9 @@ pub fn gib(bytes: f64) -> String {
 
 /// A token count: 2048 → "2K", 1536 → "1.5K", 131072 → "128K", 1000 → "1000".
 pub fn tokens(n: u64) -> String {
-    if n >= 1024 && n % 1024 == 0 {
+    if n >= 1024 && n.is_multiple_of(1024) {
         format!("{}K", n / 1024)
-    } else if n >= 1024 && n % 512 == 0 {
+    } else if n >= 1024 && n.is_multiple_of(512) {
         format!("{:.1}K", n as f64 / 1024.0)
     } else {
         n.to_string()

@@ -69,7 +69,7 @@ mod tests {
         assert_eq!(got_a, a);
         assert_eq!(got_b, a, "the page's knobs win over a later widget's");
         publish(b.clone());
-        assert_eq!(seen.borrow().as_slice(), &[b.clone()]);
+        assert_eq!(seen.borrow().as_slice(), std::slice::from_ref(&b));
         drop(sub_a);
         publish(a.clone());
         assert_eq!(seen.borrow().len(), 1, "unsubscribed on drop");
