@@ -305,3 +305,57 @@ fn in_the_browser_the_widget_hydrates_and_follows_its_controls() {
         "themes change the widget: {backgrounds:?}"
     );
 }
+
+#[test]
+fn outside_scripts_drive_the_page_and_hostile_knobs_are_refused_under_any_base_path() {
+    // Serve the site one level down, as a static host under a base path would.
+    let parent = std::env::temp_dir().join(format!("gpumem-base-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&parent);
+    std::fs::create_dir_all(parent.join("docs")).unwrap();
+    std::os::unix::fs::symlink(&site().dest, parent.join("docs/gpumem")).unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let dir = parent.clone();
+    std::thread::spawn(move || serve::serve_dir(listener, dir, Arc::new(AtomicU64::new(1)), false));
+
+    let c = Chrome::start().unwrap_or_else(|e| panic!("{e}"));
+    c.goto(&format!("{base}/docs/gpumem/budget.html")).unwrap();
+    c.wait_for(
+        "return document.querySelector('[data-widget=allocator][data-live]') !== null",
+        Duration::from_secs(20),
+    )
+    .unwrap();
+    // Changes are announced; a reader's script can set knobs.
+    c.eval("window.seen = []; document.addEventListener('gpumem:change', e => window.seen.push(e.detail)); \
+            document.dispatchEvent(new CustomEvent('gpumem:set', {detail: {batch: 4, seq: '4k'}})); return true", json!([]))
+        .unwrap();
+    c.wait_for("return document.querySelector('[data-widget=allocator] .gm-sub').textContent.includes('b=4 · s=4K')", Duration::from_secs(5))
+        .unwrap();
+    let seen = c.eval("return window.seen", json!([])).unwrap();
+    assert_eq!(seen[0]["batch"], "4", "{seen}");
+    // Markup or nonsense is data: refused, nothing injected, the page's knobs kept.
+    c.eval("document.dispatchEvent(new CustomEvent('gpumem:set', {detail: {model: '<img src=x onerror=\"window.pwned=1\">'}})); \
+            document.dispatchEvent(new CustomEvent('gpumem:set', {detail: {batch: -3}})); \
+            document.dispatchEvent(new CustomEvent('gpumem:set', {detail: 'batch=9'})); return true", json!([]))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let state = c.eval("return [document.querySelector('[data-widget=allocator] .gm-sub').textContent, window.pwned === undefined, document.querySelectorAll('img[src=x]').length]", json!([])).unwrap();
+    assert!(state[0].as_str().unwrap().contains("b=4 · s=4K"), "{state}");
+    assert_eq!(state[1], true);
+    assert_eq!(state[2], 0);
+    let warnings: Vec<String> = c
+        .console()
+        .unwrap()
+        .iter()
+        .map(|m| m["message"].to_string())
+        .collect();
+    assert_eq!(
+        warnings
+            .iter()
+            .filter(|m| m.contains("gpumem:set refused"))
+            .count(),
+        3,
+        "{warnings:?}"
+    );
+    let _ = std::fs::remove_dir_all(&parent);
+}

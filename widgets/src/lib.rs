@@ -127,6 +127,7 @@ pub fn start() {
     let Ok(hosts) = doc.query_selector_all(&format!("[{HOST_ATTR}]")) else {
         return;
     };
+    store::page_events::listen();
     for i in 0..hosts.length() {
         let Some(el) = hosts
             .item(i)

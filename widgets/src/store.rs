@@ -51,6 +51,81 @@ pub fn publish(knobs: Knobs) {
     for c in subscribers {
         c.emit(knobs.clone());
     }
+    #[cfg(target_arch = "wasm32")]
+    page_events::changed(&knobs);
+}
+
+/// The page's knobs as DOM events, for readers' own scripts: every change is announced as
+/// `gpumem:change` on `document` (detail: the knobs), and a `gpumem:set` event whose detail
+/// is an object of knobs changes them. What `gpumem:set` carries is data: each knob is
+/// checked by the engine, and an invalid set is refused with a console warning, the page's
+/// knobs unchanged.
+#[cfg(target_arch = "wasm32")]
+pub mod page_events {
+    use wasm_bindgen::prelude::*;
+    use wasm_bindgen::JsCast;
+
+    use crate::Knobs;
+
+    pub fn changed(knobs: &Knobs) {
+        let Some(doc) = web_sys::window().and_then(|w| w.document()) else {
+            return;
+        };
+        let Ok(json) = serde_json::to_string(knobs) else {
+            return;
+        };
+        let init = web_sys::CustomEventInit::new();
+        if let Ok(detail) = js_sys::JSON::parse(&json) {
+            init.set_detail(&detail);
+        }
+        if let Ok(ev) = web_sys::CustomEvent::new_with_event_init_dict("gpumem:change", &init) {
+            let _ = doc.dispatch_event(&ev);
+        }
+    }
+
+    /// Listen for `gpumem:set` on `document`.
+    pub fn listen() {
+        let Some(doc) = web_sys::window().and_then(|w| w.document()) else {
+            return;
+        };
+        let on_set = Closure::<dyn Fn(web_sys::Event)>::new(|e: web_sys::Event| {
+            let Some(ce) = e.dyn_ref::<web_sys::CustomEvent>() else {
+                return;
+            };
+            let text = js_sys::JSON::stringify(&ce.detail())
+                .ok()
+                .and_then(|s| s.as_string())
+                .unwrap_or_default();
+            match apply(&text) {
+                Ok(k) => super::publish(k),
+                Err(msg) => web_sys::console::warn_1(&format!("gpumem:set refused: {msg}").into()),
+            }
+        });
+        let _ = doc.add_event_listener_with_callback("gpumem:set", on_set.as_ref().unchecked_ref());
+        on_set.forget();
+    }
+
+    /// The page's knobs with `text` (a JSON object of knob → value) applied, if valid.
+    fn apply(text: &str) -> Result<Knobs, String> {
+        let v: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let obj = v.as_object().ok_or("detail must be an object of knobs")?;
+        let mut k = super::current().unwrap_or_default();
+        for (key, val) in obj {
+            let s = match val {
+                serde_json::Value::String(s) => s.clone(),
+                serde_json::Value::Number(n) => n.to_string(),
+                _ => return Err(format!("{key}: must be a string or a number")),
+            };
+            k = k.with(key, s);
+        }
+        k.scenario().map_err(|e| e.to_string())?;
+        Ok(k)
+    }
+}
+
+/// The page's knobs, once a widget has joined.
+pub fn current() -> Option<Knobs> {
+    STORE.with(|s| s.borrow().knobs.clone())
 }
 
 #[cfg(test)]

@@ -16,7 +16,12 @@ fn run(content: &str) -> (bool, String, String) {
     config.book.src = PathBuf::from("book");
     let ctx = PreprocessorContext::new(PathBuf::from("."), config, "html".into());
     let mut book = Book::new();
-    book.push_item(Chapter::new("Budget", content.to_string(), "budget.md", vec![]));
+    book.push_item(Chapter::new(
+        "Budget",
+        content.to_string(),
+        "budget.md",
+        vec![],
+    ));
     let input = serde_json::to_string(&(ctx, book)).unwrap();
     let mut child = Command::new(BIN)
         .stdin(Stdio::piped())
@@ -24,7 +29,12 @@ fn run(content: &str) -> (bool, String, String) {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
     let out = child.wait_with_output().unwrap();
     (
         out.status.success(),
@@ -35,8 +45,16 @@ fn run(content: &str) -> (bool, String, String) {
 
 #[test]
 fn answers_supports_for_html_only() {
-    assert!(Command::new(BIN).args(["supports", "html"]).status().unwrap().success());
-    assert!(!Command::new(BIN).args(["supports", "latex"]).status().unwrap().success());
+    assert!(Command::new(BIN)
+        .args(["supports", "html"])
+        .status()
+        .unwrap()
+        .success());
+    assert!(!Command::new(BIN)
+        .args(["supports", "latex"])
+        .status()
+        .unwrap()
+        .success());
 }
 
 #[test]
@@ -44,8 +62,14 @@ fn expands_directives_in_the_book_it_is_given() {
     let (ok, stdout, stderr) = run("# Budget\n\n{{#gpumem allocator preset=llama3.2-1b}}\n");
     assert!(ok, "{stderr}");
     let book: Book = serde_json::from_str(&stdout).unwrap();
-    let BookItem::Chapter(ch) = &book.items[0] else { panic!("not a chapter") };
-    assert!(ch.content.contains("data-widget=\"allocator\""), "{}", ch.content);
+    let BookItem::Chapter(ch) = &book.items[0] else {
+        panic!("not a chapter")
+    };
+    assert!(
+        ch.content.contains("data-widget=\"allocator\""),
+        "{}",
+        ch.content
+    );
     assert!(ch.content.contains("llama3.2-1b"));
 }
 

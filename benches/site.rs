@@ -1,0 +1,123 @@
+//! Site budgets, measured: the wasm bundle's size, the rebuild after one markdown edit, and
+//! slider input → updated DOM in headless Chromium. `cargo bench --bench site`.
+//!
+//! Budgets (issue: the site): wasm ≤ 250 KB gzipped; rebuild ≤ 5 s; slider ≤ 4 ms median.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Duration;
+
+use gpumem_site::browser::Chrome;
+use gpumem_site::{build, build_book, serve, Paths};
+use serde_json::json;
+
+/// Slider timing, in the page: set the batch slider, dispatch `input` as the browser does,
+/// and stop the clock when the widget's DOM has changed (a MutationObserver fires).
+const SLIDER_SCRIPT: &str = r#"
+const done = arguments[arguments.length - 1];
+const n = arguments[0];
+const fig = document.querySelector('[data-widget=allocator]');
+const slider = fig.querySelector('input[id$=-batch]');
+const times = [];
+let i = 0;
+function step() {
+  if (i === n) { done(times); return; }
+  const v = String(1 + (i % 2 === 0 ? 7 : 0) + (i % 3));
+  if (slider.value === v) { i++; step(); return; }
+  const obs = new MutationObserver(() => {
+    times.push(performance.now() - t0);
+    obs.disconnect();
+    i++;
+    requestAnimationFrame(() => setTimeout(step, 0));
+  });
+  obs.observe(fig, { subtree: true, childList: true, characterData: true, attributes: true });
+  const t0 = performance.now();
+  slider.value = v;
+  slider.dispatchEvent(new Event('input', { bubbles: true }));
+}
+step();
+"#;
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn copy(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap().flatten() {
+        let d = to.join(e.file_name());
+        if e.path().is_dir() {
+            copy(&e.path(), &d);
+        } else {
+            std::fs::copy(e.path(), d).unwrap();
+        }
+    }
+}
+
+fn main() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let p = Paths::new(root.clone(), Some(root.join("target/bench-site")));
+    let r = build(&p).expect("site build");
+    println!(
+        "wasm bundle: {} bytes, {} bytes gzipped (budget 250 KB gzipped)",
+        r.wasm_bytes, r.wasm_gzip_bytes
+    );
+
+    // Rebuild after one markdown edit, on a copy of the book.
+    let tmp = std::env::temp_dir().join(format!("gpumem-bench-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    copy(&root.join("book"), &tmp.join("book"));
+    std::fs::create_dir_all(tmp.join("widgets")).unwrap();
+    std::fs::copy(
+        root.join("widgets/gpumem.css"),
+        tmp.join("widgets/gpumem.css"),
+    )
+    .unwrap();
+    std::fs::copy(root.join("book.toml"), tmp.join("book.toml")).unwrap();
+    let tp = Paths {
+        root: tmp.clone(),
+        target: p.target.clone(),
+        dest: tmp.join("site"),
+    };
+    build_book(&tp).expect("book build");
+    let mut rebuilds = Vec::new();
+    for i in 0..5 {
+        let ch = tmp.join("book/budget.md");
+        let mut text = std::fs::read_to_string(&ch).unwrap();
+        text.push_str(&format!("\nEdit {i}.\n"));
+        std::fs::write(&ch, text).unwrap();
+        rebuilds.push(build_book(&tp).expect("rebuild").as_secs_f64());
+    }
+    println!(
+        "rebuild after one markdown edit: median {:.3} s over 5 (budget 5 s)",
+        median(&mut rebuilds)
+    );
+    let _ = std::fs::remove_dir_all(&tmp);
+
+    // Slider → DOM in headless Chromium.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let dir = p.dest.clone();
+    std::thread::spawn(move || serve::serve_dir(listener, dir, Arc::new(AtomicU64::new(1)), false));
+    let c = Chrome::start().expect("chromium");
+    c.goto(&format!("{base}/budget.html")).unwrap();
+    c.wait_for(
+        "return document.querySelector('[data-widget=allocator][data-live]') !== null",
+        Duration::from_secs(20),
+    )
+    .unwrap();
+    let v = c.eval_async(SLIDER_SCRIPT, json!([200])).unwrap();
+    let mut t: Vec<f64> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|x| x.as_f64())
+        .collect();
+    let n = t.len();
+    let med = median(&mut t);
+    let p95 = t[(n * 95 / 100).min(n - 1)];
+    println!("slider input → updated DOM: median {med:.2} ms, p95 {p95:.2} ms over {n} inputs (budget 4 ms median)");
+}
