@@ -286,6 +286,11 @@ impl Architecture {
         }
     }
 
+    /// Whether the MLP is gated (SwiGLU: gate, up and down projections).
+    pub fn gated_mlp(&self) -> bool {
+        self.family != Family::Gpt2
+    }
+
     /// Whether decoder layer `l` (0-based) has a mixture of experts.
     pub fn is_moe_layer(&self, l: u64) -> bool {
         self.moe.as_ref().is_some_and(|m| l >= m.first_dense_layers)

@@ -9,6 +9,7 @@ pub mod gpu;
 pub mod graph;
 pub mod hf;
 pub mod knobs;
+pub mod megatron;
 pub mod precision;
 pub mod presets;
 pub mod scenario;
