@@ -297,7 +297,7 @@ impl Architecture {
     }
 
     /// Parameters of one decoder layer: (total, routed experts, active per token).
-    fn layer_params(&self, moe_layer: bool) -> Option<(u64, u64, u64)> {
+    pub(crate) fn layer_params(&self, moe_layer: bool) -> Option<(u64, u64, u64)> {
         let mut total = 0u64;
         for (_, l) in self.attention_linears() {
             total = total.checked_add(l.params())?;

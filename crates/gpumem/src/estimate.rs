@@ -10,7 +10,7 @@ use crate::error::Result;
 use crate::gpu::CUDA_CONTEXT_BYTES;
 use crate::graph::{Builder, Ctx};
 use crate::precision::Optimizer;
-use crate::scenario::{Finetune, Mode, Model, Recompute, Scenario};
+use crate::scenario::{Finetune, Framework, Mode, Model, Recompute, Scenario};
 use crate::tape::{self, Bytes, Cat, Profile};
 
 /// A point of the step's memory timeline.
@@ -41,6 +41,8 @@ pub struct Estimate {
     pub optimizer_states_bytes: u64,
     /// Inference: the KV cache at the end of generation.
     pub kv_cache_bytes: u64,
+    /// CPU memory this GPU's process needs for what is offloaded to it.
+    pub host_bytes: u64,
     /// What the caching allocator is expected to reserve beyond the peak (fragmentation).
     pub allocator_reserve_bytes: u64,
     /// The CUDA context (outside PyTorch's allocator; nvidia-smi counts it).
@@ -78,25 +80,17 @@ pub fn estimate(s: &Scenario) -> Result<Estimate> {
         Model::Params(n) => (format!("{n} parameters"), None),
     };
     let states = ModelStates::new(s, arch);
-    let dp = s.parallel.dp as f64;
-    let zero = s.parallel.zero;
-    let shard = |on: bool, b: f64| if on && dp > 1.0 { b / dp } else { b };
-    let weights = shard(zero >= 3, states.weights);
-    let master = shard(zero >= 1, states.master);
-    let optim = shard(zero >= 1, states.optimizer);
-    let grads_full = states.grads;
-    let grads = shard(zero >= 2, grads_full);
-    if dp > 1.0 {
-        notes.push(format!(
-            "data parallel over {dp} GPUs with ZeRO-{zero}: persistent states sharded; communication buffers (all-gather, reduce buckets) are not modelled yet"
-        ));
-    }
     let train = s.mode == Mode::Train;
-    let base = weights + master + optim;
+    let par = s.parallel;
+    let dp = &DpStates::new(s, arch, &states);
+    let (weights, master, optim, grads, grads_full) =
+        (dp.weights, dp.master, dp.optim, dp.grads, states.grads);
+    notes.extend(dp.notes.iter().cloned());
+    let base = weights + master + optim + dp.fixed;
 
     let mut timeline = Vec::new();
     let mut kv_cache_bytes = 0u64;
-    let (peak, phase, at_peak) = match arch {
+    let (peak, mut phase, at_peak) = match arch {
         None => {
             notes.push("only a parameter count was given: activations, logits and the KV cache are not modelled".into());
             let total = if train { base + grads } else { weights };
@@ -128,8 +122,27 @@ pub fn estimate(s: &Scenario) -> Result<Estimate> {
         }
     };
 
+    // Data-parallel buffers live through the step's busiest moment.
+    let mut at_peak = at_peak;
+    let mut peak = peak;
+    if train {
+        at_peak.add(Cat::WeightCopies, dp.gathered);
+        at_peak.add(Cat::Temporaries, dp.buckets);
+        peak += dp.gathered + dp.buckets;
+        // Gradient accumulation: later micro-batches run with the accumulated gradients
+        // already resident (they are added to in place).
+        if par.grad_accum > 1 && arch.is_some() {
+            let g_at_peak = at_peak.0[Cat::Gradients as usize];
+            let later = peak - g_at_peak + grads;
+            if later > peak {
+                at_peak.0[Cat::Gradients as usize] = grads;
+                peak = later;
+                phase = format!("micro-batch 2 of {}, {phase}", par.grad_accum);
+            }
+        }
+    }
     let mut components = BTreeMap::new();
-    components.insert("weights".to_string(), weights.round() as u64);
+    components.insert("weights".to_string(), (weights + dp.fixed).round() as u64);
     if train {
         components.insert("master_weights".to_string(), master.round() as u64);
         components.insert("optimizer_states".to_string(), optim.round() as u64);
@@ -165,13 +178,14 @@ pub fn estimate(s: &Scenario) -> Result<Estimate> {
         peak_bytes,
         peak_phase: phase,
         components,
-        model_states_bytes: (weights + master + optim + if train { grads } else { 0.0 }).round()
-            as u64,
+        model_states_bytes: (weights + master + optim + dp.fixed + if train { grads } else { 0.0 })
+            .round() as u64,
         weights_bytes: weights.round() as u64,
         master_weights_bytes: master.round() as u64,
         gradients_bytes: if train { grads.round() as u64 } else { 0 },
         optimizer_states_bytes: optim.round() as u64,
         kv_cache_bytes,
+        host_bytes: dp.host.round() as u64,
         allocator_reserve_bytes: reserve,
         cuda_context_bytes: CUDA_CONTEXT_BYTES,
         device_bytes: device,
@@ -182,6 +196,152 @@ pub fn estimate(s: &Scenario) -> Result<Estimate> {
         timeline,
         notes,
     })
+}
+
+/// What one data-parallel rank keeps: the persistent states after ZeRO/FSDP sharding and
+/// offload, and the buffers the engine adds while it gathers and reduces.
+struct DpStates {
+    weights: f64,
+    master: f64,
+    optim: f64,
+    grads: f64,
+    /// Working memory the engine counts with the model states (DeepSpeed ZeRO-3: the
+    /// largest layer's 16-bit parameters and gradients, `4 × largest_layer_params`).
+    fixed: f64,
+    /// Parameters gathered (unsharded) during forward and backward.
+    gathered: f64,
+    /// Gradient communication buffers.
+    buckets: f64,
+    /// Offloaded bytes held in CPU memory.
+    host: f64,
+    notes: Vec<String>,
+}
+
+/// DeepSpeed's default `reduce_bucket_size` (elements).
+const DEEPSPEED_REDUCE_BUCKET: f64 = 5e8;
+
+impl DpStates {
+    fn new(s: &Scenario, arch: Option<&Architecture>, st: &ModelStates) -> DpStates {
+        let par = s.parallel;
+        let train = s.mode == Mode::Train;
+        let n = par.shard_ranks() as f64;
+        let zero = par.zero;
+        let shard = |on: bool, b: f64| if on { b / n } else { b };
+        let trainable = st.trainable_params as f64;
+        let mut d = DpStates {
+            weights: shard(zero >= 3, st.weights),
+            master: shard(zero >= 1, st.master),
+            optim: shard(zero >= 1, st.optimizer),
+            grads: shard(zero >= 2, st.grads),
+            fixed: 0.0,
+            gathered: 0.0,
+            buckets: 0.0,
+            host: 0.0,
+            notes: Vec::new(),
+        };
+        let plain = par.framework == Framework::Fsdp && par.dp == 1 && !par.offload_optimizer;
+        if !train || plain {
+            return d;
+        }
+        let largest = arch.map_or(0.0, |a| largest_param(a) as f64);
+        let unit = arch.map_or(0.0, fsdp_unit_params);
+        let wb = s.precision.weights.bytes();
+        let gb = s.precision.grads.bytes();
+        match par.framework {
+            Framework::DeepSpeed => {
+                // DeepSpeed's accounting (stage_1_and_2.py / stage3.py and its
+                // estimate_zero{2,3}_model_states_mem_needs): 16-bit gradients stay whole
+                // through stage 2, and each rank's optimizer partition has an fp32 gradient.
+                let fp32_grads = if st.master > 0.0 {
+                    trainable * 4.0
+                } else {
+                    0.0
+                };
+                let fp32_grads = shard(zero >= 1, fp32_grads);
+                d.grads = if zero >= 3 { 0.0 } else { st.grads } + fp32_grads;
+                if zero >= 3 {
+                    d.fixed = 2.0 * largest * wb;
+                }
+                if zero <= 2 && zero >= 1 {
+                    d.buckets = DEEPSPEED_REDUCE_BUCKET.min(trainable) * gb;
+                }
+                if par.offload_optimizer {
+                    d.host += d.master + d.optim + fp32_grads;
+                    d.master = 0.0;
+                    d.optim = 0.0;
+                    d.grads = 0.0;
+                    d.buckets = 0.0;
+                }
+                d.notes.push(format!(
+                    "DeepSpeed ZeRO-{zero} over {n} ranks{}",
+                    if par.offload_optimizer {
+                        ", optimizer offloaded to CPU"
+                    } else {
+                        ""
+                    }
+                ));
+            }
+            Framework::Fsdp => {
+                match zero {
+                    // FULL_SHARD: the current unit and the prefetched next one are gathered;
+                    // in backward a unit's full gradients wait for their reduce-scatter.
+                    3 => {
+                        d.gathered = 2.0 * unit * wb;
+                        d.buckets = unit * gb;
+                    }
+                    // SHARD_GRAD_OP: parameters stay gathered from forward to backward.
+                    2 => {
+                        d.gathered = st.weights - d.weights;
+                        d.buckets = unit * gb;
+                    }
+                    // DDP: gradient buckets are a second copy of the gradients
+                    // (gradient_as_bucket_view=False, the default).
+                    _ if par.dp > 1 => d.buckets = st.grads,
+                    _ => {}
+                }
+                if par.offload_optimizer {
+                    d.host += d.master + d.optim;
+                    d.master = 0.0;
+                    d.optim = 0.0;
+                }
+                let what = match zero {
+                    3 if par.shard_group < par.dp => "FSDP HYBRID_SHARD",
+                    3 => "FSDP FULL_SHARD",
+                    2 => "FSDP SHARD_GRAD_OP",
+                    1 => "DDP with a sharded optimizer (ZeRO-1)",
+                    _ => "DDP",
+                };
+                d.notes.push(format!(
+                    "{what} over {} ranks (states sharded over {n}){}",
+                    par.dp,
+                    if par.offload_optimizer {
+                        ", optimizer offloaded to CPU"
+                    } else {
+                        ""
+                    }
+                ));
+            }
+        }
+        if par.offload_params {
+            d.host += d.weights;
+            d.weights = 0.0;
+            if par.framework == Framework::Fsdp {
+                d.host += d.grads;
+                d.grads = 0.0;
+            }
+        }
+        d
+    }
+}
+
+/// Parameters of the largest FSDP unit: a decoder layer, or the root (embedding, final norm,
+/// output layer) when that is larger.
+fn fsdp_unit_params(a: &Architecture) -> f64 {
+    let pc = a.params();
+    let layer = |moe: bool| a.layer_params(moe).map_or(0, |l| l.0);
+    let layer_max = layer(false).max(if a.moe.is_some() { layer(true) } else { 0 });
+    let root = pc.embedding + pc.lm_head + pc.final_norm + pc.positions;
+    layer_max.max(root) as f64
 }
 
 /// Persistent bytes, unsharded.

@@ -65,14 +65,49 @@ pub struct Lora {
     pub quantized: bool,
 }
 
+/// Which training engine shards the data-parallel states, and how.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Framework {
+    /// PyTorch: DDP (`zero` 0) or FSDP/FSDP2 (`zero` 2 = SHARD_GRAD_OP, 3 = FULL_SHARD).
+    Fsdp,
+    /// DeepSpeed ZeRO stages 0–3 (its own buffers and fp32 gradient partitions).
+    DeepSpeed,
+}
+
+/// How micro-batches flow through pipeline stages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Schedule {
+    /// One forward, one backward (PipeDream-Flush / Megatron's default).
+    OneFOneB,
+    /// Megatron's interleaved schedule with this many model chunks per stage.
+    Interleaved(u64),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Parallel {
     pub dp: u64,
     pub tp: u64,
     pub pp: u64,
     pub cp: u64,
     pub ep: u64,
+    /// ZeRO stage: 1 shards optimizer states (and master weights), 2 also gradients, 3 also
+    /// the weights.
     pub zero: u8,
+    pub framework: Framework,
+    /// FSDP HYBRID_SHARD / ZeRO++ hpZ: states are sharded within groups of this many
+    /// data-parallel ranks and replicated across groups (default: all of dp).
+    pub shard_group: u64,
+    /// Sequence parallelism with tensor parallelism (Megatron `--sequence-parallel`).
+    pub sp: bool,
+    /// Optimizer states (and master weights) kept in CPU memory (ZeRO-Offload, FSDP offload).
+    pub offload_optimizer: bool,
+    /// Parameters kept in CPU memory between uses (ZeRO-3 offload_param, FSDP CPU offload).
+    pub offload_params: bool,
+    /// Micro-batches per optimizer step (gradient accumulation; the pipeline's micro-batches).
+    pub grad_accum: u64,
+    pub schedule: Schedule,
+    /// MoE: tokens each expert accepts, relative to an even share.
+    pub capacity_factor: f64,
 }
 
 impl Default for Parallel {
@@ -84,7 +119,31 @@ impl Default for Parallel {
             cp: 1,
             ep: 1,
             zero: 0,
+            framework: Framework::Fsdp,
+            shard_group: 1,
+            sp: true,
+            offload_optimizer: false,
+            offload_params: false,
+            grad_accum: 1,
+            schedule: Schedule::OneFOneB,
+            capacity_factor: 1.0,
         }
+    }
+}
+
+impl Parallel {
+    pub fn gpus(&self) -> u64 {
+        self.dp * self.tp * self.pp * self.cp * self.ep
+    }
+
+    /// Ranks a sharded state is divided over.
+    pub fn shard_ranks(&self) -> u64 {
+        self.shard_group.clamp(1, self.dp)
+    }
+
+    /// Whether anything beyond data parallelism splits the model.
+    pub fn model_parallel(&self) -> bool {
+        self.tp > 1 || self.pp > 1 || self.cp > 1 || self.ep > 1
     }
 }
 
@@ -313,12 +372,92 @@ impl Scenario {
                 format!("{w} weights cannot be trained directly: use LoRA/QLoRA (finetune) or inference"),
             ));
         }
+        self.check_layout()
+    }
+
+    /// The constraints a layout must meet, each named when it fails.
+    fn check_layout(&self) -> Result<()> {
         let p = self.parallel;
-        if p.tp > 1 || p.pp > 1 || p.cp > 1 || p.ep > 1 {
-            return Err(Error::new(
-                "parallel",
-                "tensor, pipeline, context and expert parallelism are not modelled yet (only dp with zero 0-3)",
-            ));
+        let err = |k: &str, m: String| Err(Error::new(format!("parallel.{k}"), m));
+        if p.model_parallel() && self.mode == Mode::Inference {
+            return err(
+                "tp",
+                "tensor, pipeline, context and expert parallelism are modelled for training only"
+                    .into(),
+            );
+        }
+        let Model::Arch { arch: a, .. } = &self.model else {
+            if p.model_parallel() {
+                return err(
+                    "tp",
+                    "tp, pp, cp and ep need an architecture, not only a parameter count".into(),
+                );
+            }
+            return Ok(());
+        };
+        if a.heads % p.tp != 0 {
+            return err(
+                "tp",
+                format!(
+                    "attention heads ({}) must be divisible by tp ({})",
+                    a.heads, p.tp
+                ),
+            );
+        }
+        if a.mla.is_none() && a.kv_heads % p.tp != 0 {
+            return err(
+                "tp",
+                format!(
+                    "key/value heads ({}) must be divisible by tp ({})",
+                    a.kv_heads, p.tp
+                ),
+            );
+        }
+        if p.pp > a.layers {
+            return err(
+                "pp",
+                format!("pp ({}) exceeds the model's {} layers", p.pp, a.layers),
+            );
+        }
+        if let Schedule::Interleaved(v) = p.schedule {
+            if a.layers % (p.pp * v) != 0 {
+                return err(
+                    "virtual_stages",
+                    format!(
+                        "the interleaved schedule needs layers ({}) divisible by pp × virtual_stages ({})",
+                        a.layers,
+                        p.pp * v
+                    ),
+                );
+            }
+        }
+        if p.cp > 1 && self.seq % (2 * p.cp) != 0 {
+            return err(
+                "cp",
+                format!(
+                    "seq ({}) must be divisible by 2 × cp ({}) for load-balanced ring attention",
+                    self.seq,
+                    2 * p.cp
+                ),
+            );
+        }
+        match &a.moe {
+            None if p.ep > 1 => {
+                return err(
+                    "ep",
+                    format!("ep ({}) needs a mixture-of-experts model", p.ep),
+                )
+            }
+            Some(m) if m.experts % p.ep != 0 => {
+                return err(
+                    "ep",
+                    format!("experts ({}) must be divisible by ep ({})", m.experts, p.ep),
+                )
+            }
+            _ => {}
+        }
+        if p.model_parallel() && !matches!(self.finetune, Finetune::Full) {
+            return err("tp", "LoRA with tp, pp, cp or ep is not modelled".into());
         }
         Ok(())
     }
@@ -468,6 +607,7 @@ fn parse_parallel(v: &Value) -> Result<Parallel> {
         ("pp", &mut p.pp),
         ("cp", &mut p.cp),
         ("ep", &mut p.ep),
+        ("grad_accum", &mut p.grad_accum),
     ] {
         let v = o.u64_opt(k)?.unwrap_or(1);
         if v == 0 || v > MAX_GPUS {
@@ -487,6 +627,30 @@ fn parse_parallel(v: &Value) -> Result<Parallel> {
             format!("{total} GPUs is beyond the supported {MAX_GPUS}"),
         ));
     }
+    if let Some(n) = o.u64_opt("gpus")? {
+        if n != total {
+            return Err(Error::new(
+                o.path("gpus"),
+                format!(
+                    "{n} GPUs is not dp × tp × pp × cp × ep = {} × {} × {} × {} × {} = {total}",
+                    p.dp, p.tp, p.pp, p.cp, p.ep
+                ),
+            ));
+        }
+    }
+    p.framework = match o.str_opt("framework")? {
+        None | Some("fsdp") | Some("pytorch") | Some("torch") => Framework::Fsdp,
+        Some("deepspeed") => Framework::DeepSpeed,
+        Some(other) => {
+            return Err(Error::new(
+                o.path("framework"),
+                format!(
+                    "must be \"fsdp\" or \"deepspeed\", got '{}'",
+                    truncate(other, 20)
+                ),
+            ))
+        }
+    };
     let z = o.u64_opt("zero")?.unwrap_or(0);
     if z > 3 {
         return Err(Error::new(
@@ -495,6 +659,91 @@ fn parse_parallel(v: &Value) -> Result<Parallel> {
         ));
     }
     p.zero = z as u8;
+    p.shard_group = p.dp;
+    if let Some(strategy) = o.str_opt("fsdp")? {
+        p.framework = Framework::Fsdp;
+        p.zero = match strategy.to_ascii_lowercase().as_str() {
+            "full_shard" => 3,
+            "shard_grad_op" => 2,
+            "no_shard" => 0,
+            "hybrid_shard" => 3,
+            other => {
+                return Err(Error::new(
+                    o.path("fsdp"),
+                    format!(
+                        "must be full_shard, shard_grad_op, no_shard or hybrid_shard, got '{}'",
+                        truncate(other, 20)
+                    ),
+                ))
+            }
+        };
+        if strategy.eq_ignore_ascii_case("hybrid_shard") {
+            p.shard_group = o.u64_opt("shard_group")?.unwrap_or(8).min(p.dp);
+        }
+    }
+    if let Some(g) = o.u64_opt("shard_group")? {
+        if g == 0 || p.dp % g != 0 {
+            return Err(Error::new(
+                o.path("shard_group"),
+                format!("must divide dp ({}), got {g}", p.dp),
+            ));
+        }
+        p.shard_group = g;
+    }
+    p.sp = o.bool_opt("sp")?.unwrap_or(true);
+    match o.str_opt("offload")? {
+        None | Some("none") => {}
+        Some("optimizer") => p.offload_optimizer = true,
+        Some("optimizer+params") | Some("all") => {
+            p.offload_optimizer = true;
+            p.offload_params = true;
+        }
+        Some(other) => {
+            return Err(Error::new(
+                o.path("offload"),
+                format!(
+                    "must be \"none\", \"optimizer\" or \"optimizer+params\", got '{}'",
+                    truncate(other, 20)
+                ),
+            ))
+        }
+    }
+    if p.offload_params && p.zero < 3 {
+        return Err(Error::new(
+            o.path("offload"),
+            "offloading parameters needs ZeRO-3 / FULL_SHARD (zero: 3)",
+        ));
+    }
+    p.schedule = match o.str_opt("schedule")? {
+        None | Some("1f1b") => Schedule::OneFOneB,
+        Some("interleaved") => {
+            let v = o.u64_opt("virtual_stages")?.unwrap_or(2);
+            if !(1..=1024).contains(&v) {
+                return Err(Error::new(
+                    o.path("virtual_stages"),
+                    format!("must be between 1 and 1024, got {v}"),
+                ));
+            }
+            Schedule::Interleaved(v)
+        }
+        Some(other) => {
+            return Err(Error::new(
+                o.path("schedule"),
+                format!(
+                    "must be \"1f1b\" or \"interleaved\", got '{}'",
+                    truncate(other, 20)
+                ),
+            ))
+        }
+    };
+    let cf = o.f64_opt("capacity_factor")?.unwrap_or(1.0);
+    if !(cf.is_finite() && (0.1..=64.0).contains(&cf)) {
+        return Err(Error::new(
+            o.path("capacity_factor"),
+            format!("must be between 0.1 and 64, got {cf}"),
+        ));
+    }
+    p.capacity_factor = cf;
     Ok(p)
 }
 

@@ -1,0 +1,177 @@
+//! Data-parallel sharding and layouts: published reference figures and invariants.
+
+use gpumem::{estimate, Scenario};
+use proptest::prelude::*;
+use serde_json::{json, Value};
+
+fn est(v: Value) -> gpumem::Estimate {
+    estimate(&Scenario::from_value(&v).unwrap_or_else(|e| panic!("{v}: {e}"))).unwrap()
+}
+
+/// DeepSpeed's `estimate_zero2_model_states_mem_needs` and
+/// `estimate_zero3_model_states_mem_needs` (deepspeed/runtime/zero/stage_1_and_2.py and
+/// stage3.py), GPU side, for one node of 8 GPUs:
+///   ZeRO-2: 4Ψ + 16Ψ/N; with optimizer offload 2Ψ.
+///   ZeRO-3: 4·L + 18Ψ/N; optimizer offload 4·L + 2Ψ/N; parameter offload too 4·L,
+/// where L is the largest layer's parameter count (Llama: the embedding). Host side
+/// (zero_init, per node): 16Ψ and 18Ψ, before DeepSpeed's 1.5× buffer factor.
+#[test]
+fn deepspeed_estimator_formulas() {
+    for (model, psi, largest) in [
+        ("llama3.1-8b", 8_030_261_248f64, 128_256f64 * 4096.0),
+        ("llama2-7b", 6_738_415_616f64, 32_000f64 * 4096.0),
+        ("qwen2.5-14b", 0.0, 152_064f64 * 5120.0),
+    ] {
+        let base = |zero: u64, offload: &str| {
+            json!({"model": model, "precision": "mixed-bf16", "optimizer": "adam", "batch": 1, "seq": 512,
+                   "parallel": {"dp": 8, "zero": zero, "framework": "deepspeed", "offload": offload}})
+        };
+        let e = est(base(2, "none"));
+        let psi = if psi == 0.0 { e.params as f64 } else { psi };
+        assert_eq!(e.params as f64, psi, "{model}");
+        let n = 8.0;
+        let check = |got: u64, want: f64, what: &str| {
+            assert!(
+                (got as f64 - want).abs() <= 8.0,
+                "{model} {what}: {got} vs {want}"
+            );
+        };
+        check(e.model_states_bytes, 4.0 * psi + 16.0 * psi / n, "zero2");
+        check(
+            est(base(2, "optimizer")).model_states_bytes,
+            2.0 * psi,
+            "zero2 offload",
+        );
+        check(
+            est(base(3, "none")).model_states_bytes,
+            4.0 * largest + 18.0 * psi / n,
+            "zero3",
+        );
+        let off = est(base(3, "optimizer"));
+        check(
+            off.model_states_bytes,
+            4.0 * largest + 2.0 * psi / n,
+            "zero3 offload optimizer",
+        );
+        check(
+            off.host_bytes * 8,
+            16.0 * psi,
+            "zero3 offload optimizer, host per node",
+        );
+        let all = est(base(3, "optimizer+params"));
+        check(
+            all.model_states_bytes,
+            4.0 * largest,
+            "zero3 offload params",
+        );
+        check(
+            all.host_bytes * 8,
+            18.0 * psi,
+            "zero3 offload params, host per node",
+        );
+    }
+}
+
+#[test]
+fn fsdp_buffers_and_gradient_accumulation_show_in_the_peak() {
+    let s = |par: Value| json!({"model": "llama3.2-1b", "precision": "bf16", "batch": 1, "seq": 1024, "parallel": par});
+    let single = est(s(json!({})));
+    let ddp = est(s(json!({"dp": 8})));
+    // DDP's gradient buckets are a second copy of the gradients.
+    assert!(ddp.components["temporaries"].abs_diff(single.gradients_bytes) < 16);
+    let full = est(s(json!({"dp": 8, "fsdp": "full_shard"})));
+    let grad_op = est(s(json!({"dp": 8, "fsdp": "shard_grad_op"})));
+    assert!(
+        full.peak_bytes < grad_op.peak_bytes,
+        "SHARD_GRAD_OP keeps parameters gathered"
+    );
+    assert!(full.components["weight_copies"] > 0);
+    let hybrid = est(s(
+        json!({"dp": 64, "fsdp": "hybrid_shard", "shard_group": 8}),
+    ));
+    assert_eq!(
+        hybrid.weights_bytes, full.weights_bytes,
+        "hybrid shards within groups of 8"
+    );
+    let accum = est(s(json!({"grad_accum": 4})));
+    assert!(
+        accum.peak_bytes > single.peak_bytes,
+        "accumulated gradients stay resident"
+    );
+    assert!(
+        accum.peak_phase.starts_with("micro-batch 2 of 4"),
+        "{}",
+        accum.peak_phase
+    );
+}
+
+#[test]
+fn invalid_layouts_say_which_constraint_failed() {
+    let bad = |par: Value, want: &str| {
+        let v = json!({"model": "llama3.1-8b", "seq": 4096, "parallel": par});
+        let e = Scenario::from_value(&v).unwrap_err().to_string();
+        assert!(e.contains(want), "{par}: {e}");
+    };
+    bad(
+        json!({"tp": 3}),
+        "attention heads (32) must be divisible by tp (3)",
+    );
+    bad(
+        json!({"tp": 16}),
+        "key/value heads (8) must be divisible by tp (16)",
+    );
+    bad(json!({"pp": 64}), "pp (64) exceeds the model's 32 layers");
+    bad(json!({"ep": 2}), "ep (2) needs a mixture-of-experts model");
+    bad(
+        json!({"cp": 3}),
+        "seq (4096) must be divisible by 2 × cp (6)",
+    );
+    bad(
+        json!({"dp": 2, "tp": 2, "gpus": 8}),
+        "8 GPUs is not dp × tp × pp × cp × ep",
+    );
+    bad(
+        json!({"zero": 2, "offload": "optimizer+params"}),
+        "offloading parameters needs ZeRO-3",
+    );
+    bad(
+        json!({"pp": 4, "schedule": "interleaved", "virtual_stages": 3}),
+        "layers (32) divisible by pp × virtual_stages (12)",
+    );
+    bad(json!({"dp": 8, "shard_group": 3}), "must divide dp (8)");
+    let v = json!({"model": "mixtral-8x7b", "parallel": {"ep": 3}});
+    let e = Scenario::from_value(&v).unwrap_err().to_string();
+    assert!(e.contains("experts (8) must be divisible by ep (3)"), "{e}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Sharding more never raises what a GPU keeps; a state sharded over n ranks sums back to
+    /// the whole; a trivial layout equals the single-GPU estimate.
+    #[test]
+    fn sharding_invariants(model in prop::sample::select(vec!["gpt2", "llama3.2-1b", "qwen2.5-0.5b", "mixtral-8x7b"]),
+                           dp_log in 0u32..8, zero in 0u64..4, deepspeed in any::<bool>()) {
+        let dp = 1u64 << dp_log;
+        let fw = if deepspeed { "deepspeed" } else { "fsdp" };
+        let s = |dp: u64, zero: u64| json!({"model": model, "precision": "mixed-bf16", "batch": 1, "seq": 256,
+                                            "parallel": {"dp": dp, "zero": zero, "framework": fw}});
+        let e = est(s(dp, zero));
+        if zero < 3 {
+            let more = est(s(dp, zero + 1));
+            prop_assert!(more.model_states_bytes <= e.model_states_bytes);
+        }
+        let wider = est(s(dp * 2, zero));
+        prop_assert!(wider.model_states_bytes <= e.model_states_bytes);
+        // Sum over ranks of a sharded state = the unsharded total (optimizer states, ZeRO ≥ 1).
+        if zero >= 1 {
+            let one = est(s(1, 0));
+            let summed = e.optimizer_states_bytes as f64 * dp as f64;
+            prop_assert!((summed - one.optimizer_states_bytes as f64).abs() <= dp as f64);
+        }
+        let trivial = est(json!({"model": model, "precision": "mixed-bf16", "batch": 1, "seq": 256,
+                                 "parallel": {"dp": 1, "tp": 1, "pp": 1, "cp": 1, "ep": 1, "zero": 0}}));
+        let plain = est(json!({"model": model, "precision": "mixed-bf16", "batch": 1, "seq": 256}));
+        prop_assert_eq!(trivial.peak_bytes, plain.peak_bytes);
+    }
+}
