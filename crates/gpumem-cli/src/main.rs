@@ -190,6 +190,9 @@ fn table(e: &Estimate) -> String {
             format!("{:>12}  {pct:5.1} %", gib(*v as f64)),
         );
     }
+    if e.host_bytes > 0 {
+        line(&mut s, "CPU memory (offload)", gib(e.host_bytes as f64));
+    }
     if e.kv_cache_bytes > 0 {
         line(&mut s, "KV cache (final)", gib(e.kv_cache_bytes as f64));
     }

@@ -262,7 +262,7 @@ impl DpStates {
                 if zero >= 3 {
                     d.fixed = 2.0 * largest * wb;
                 }
-                if zero <= 2 && zero >= 1 {
+                if (1..=2).contains(&zero) {
                     d.buckets = DEEPSPEED_REDUCE_BUCKET.min(trainable) * gb;
                 }
                 if par.offload_optimizer {
@@ -615,7 +615,20 @@ fn train_step(
     } else {
         tape::Mode::Normal
     };
-    let st = stretches(&ctx, mode);
+    let mut st = stretches(&ctx, mode);
+    // ZeRO-2/3 and FSDP reduce-scatter each unit's gradients as its backward ends: only this
+    // rank's shard accumulates (the unit's whole gradients are a buffer counted apart).
+    if grads < grads_full && grads_full > 0.0 {
+        let f = grads / grads_full;
+        let g = Cat::Gradients as usize;
+        for p in [&mut st.pre, &mut st.dense, &mut st.post]
+            .into_iter()
+            .chain(st.moe.as_mut())
+        {
+            p.bwd_delta.0[g] *= f;
+            p.bwd_peak.0[g] *= f;
+        }
+    }
     let dense_n = a.moe.as_ref().map_or(a.layers, |m| m.first_dense_layers);
     let moe_n = a.layers - dense_n;
     let mut r = Run {
@@ -673,11 +686,6 @@ fn train_step(
     );
     r.at(st.pre.bwd_peak, || "backward: embedding".into());
     r.cur = r.cur.plus(st.pre.bwd_delta);
-    // ZeRO-2/3 keep only this rank's shard of the gradients.
-    let g_now = r.cur.0[Cat::Gradients as usize];
-    if grads < grads_full && g_now > 0.0 {
-        r.cur.0[Cat::Gradients as usize] = g_now * grads / grads_full;
-    }
     point(tl, "after backward", &r.cur);
     // Optimizer step: the grads and `out.logits` are still alive. Non-fused temporaries:
     let opt_temp = match s.optimizer {

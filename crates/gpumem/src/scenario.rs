@@ -431,7 +431,7 @@ impl Scenario {
                 );
             }
         }
-        if p.cp > 1 && self.seq % (2 * p.cp) != 0 {
+        if p.cp > 1 && !self.seq.is_multiple_of(2 * p.cp) {
             return err(
                 "cp",
                 format!(
@@ -458,6 +458,14 @@ impl Scenario {
         }
         if p.model_parallel() && !matches!(self.finetune, Finetune::Full) {
             return err("tp", "LoRA with tp, pp, cp or ep is not modelled".into());
+        }
+        if p.model_parallel() {
+            // The per-layer accounting exists (`megatron.rs`); the per-GPU assembly (stages,
+            // schedules, ring buffers, expert dispatch) does not yet. Refuse rather than guess.
+            return err(
+                "tp",
+                "a valid layout, but per-GPU estimates with tp, pp, cp or ep are not assembled yet (dp with ZeRO/FSDP is)".into(),
+            );
         }
         Ok(())
     }

@@ -139,6 +139,8 @@ fn invalid_layouts_say_which_constraint_failed() {
         "layers (32) divisible by pp × virtual_stages (12)",
     );
     bad(json!({"dp": 8, "shard_group": 3}), "must divide dp (8)");
+    // Valid, but not assembled into a per-GPU estimate yet: refused, not guessed.
+    bad(json!({"tp": 8, "pp": 4}), "not assembled yet");
     let v = json!({"model": "mixtral-8x7b", "parallel": {"ep": 3}});
     let e = Scenario::from_value(&v).unwrap_err().to_string();
     assert!(e.contains("experts (8) must be divisible by ep (3)"), "{e}");
