@@ -46,7 +46,7 @@ impl Paths {
 /// What a build did, and how long each part took.
 #[derive(Debug, Default)]
 pub struct Report {
-    pub wasm: Option<Duration>,
+    pub wasm: Duration,
     pub book: Duration,
     pub wasm_bytes: u64,
     pub wasm_gzip_bytes: u64,
@@ -114,7 +114,7 @@ pub fn build(p: &Paths) -> Result<Report> {
     let wasm_file = p.dest.join("gpumem/gpumem_widgets_bg.wasm");
     let bytes = std::fs::read(&wasm_file)?;
     Ok(Report {
-        wasm: Some(wasm),
+        wasm,
         book,
         wasm_bytes: bytes.len() as u64,
         wasm_gzip_bytes: gzip_len(&bytes),

@@ -53,7 +53,7 @@ fn run() -> gpumem_site::Result<()> {
             println!(
                 "gpumem: site in {} (widgets {:.1} s, book {:.2} s; wasm {} KB, {} KB gzipped)",
                 paths.dest.display(),
-                r.wasm.map_or(0.0, |d| d.as_secs_f64()),
+                r.wasm.as_secs_f64(),
                 r.book.as_secs_f64(),
                 r.wasm_bytes / 1000,
                 r.wasm_gzip_bytes / 1000

@@ -67,10 +67,9 @@ pub fn run(p: Paths, addr: SocketAddr) -> Result<()> {
 fn snapshot(root: &Path) -> Vec<(PathBuf, SystemTime)> {
     let mut out = Vec::new();
     let mut stack = vec![root.join("book"), root.join("widgets")];
-    for f in ["book.toml"] {
-        if let Ok(m) = std::fs::metadata(root.join(f)).and_then(|m| m.modified()) {
-            out.push((root.join(f), m));
-        }
+    let toml = root.join("book.toml");
+    if let Ok(m) = std::fs::metadata(&toml).and_then(|m| m.modified()) {
+        out.push((toml, m));
     }
     while let Some(dir) = stack.pop() {
         let Ok(rd) = std::fs::read_dir(&dir) else {

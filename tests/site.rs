@@ -176,6 +176,15 @@ fn a_bad_directive_fails_the_build_with_file_and_line_and_keeps_the_old_site() {
     let _ = std::fs::remove_dir_all(&tmp);
 }
 
+/// Wait until the allocator runs in the browser (hydrated and listening).
+fn wait_live(c: &Chrome) {
+    c.wait_for(
+        "return document.querySelector('[data-widget=allocator][data-live]') !== null",
+        Duration::from_secs(20),
+    )
+    .unwrap();
+}
+
 const LEGEND: &str = r#"return [...document.querySelectorAll('[data-widget=allocator] .gm-legend li')].map(li => li.dataset.bucket + '=' + li.querySelector('.gm-num').textContent).join(' ');"#;
 const VERDICT: &str =
     r#"return document.querySelector('[data-widget=allocator] [data-value=verdict]').textContent;"#;
@@ -185,11 +194,7 @@ fn in_the_browser_the_widget_hydrates_and_follows_its_controls() {
     let url = format!("{}/budget.html", served());
     let c = Chrome::start().unwrap_or_else(|e| panic!("{e}"));
     c.goto(&url).unwrap();
-    c.wait_for(
-        "return document.querySelector('[data-widget=allocator][data-live]') !== null",
-        Duration::from_secs(20),
-    )
-    .unwrap();
+    wait_live(&c);
     let e = budget_estimate();
     let before = c.eval(LEGEND, json!([])).unwrap();
     assert!(
@@ -282,11 +287,7 @@ fn in_the_browser_the_widget_hydrates_and_follows_its_controls() {
         )
         .unwrap();
         c.goto(&url).unwrap();
-        c.wait_for(
-            "return document.querySelector('[data-widget=allocator][data-live]') !== null",
-            Duration::from_secs(20),
-        )
-        .unwrap();
+        wait_live(&c);
         let colours = c.eval("var s = getComputedStyle(document.querySelector('[data-widget=allocator]')); return [s.backgroundColor, s.color, getComputedStyle(document.body).color]", json!([])).unwrap();
         assert_eq!(
             colours[1], colours[2],
@@ -320,11 +321,7 @@ fn outside_scripts_drive_the_page_and_hostile_knobs_are_refused_under_any_base_p
 
     let c = Chrome::start().unwrap_or_else(|e| panic!("{e}"));
     c.goto(&format!("{base}/docs/gpumem/budget.html")).unwrap();
-    c.wait_for(
-        "return document.querySelector('[data-widget=allocator][data-live]') !== null",
-        Duration::from_secs(20),
-    )
-    .unwrap();
+    wait_live(&c);
     // Changes are announced; a reader's script can set knobs.
     c.eval("window.seen = []; document.addEventListener('gpumem:change', e => window.seen.push(e.detail)); \
             document.dispatchEvent(new CustomEvent('gpumem:set', {detail: {batch: 4, seq: '4k'}})); return true", json!([]))

@@ -41,8 +41,9 @@ pub fn Slider(p: &SliderProps) -> Html {
     }
 }
 
+/// A choice among named values: the radiogroup's and the select's props.
 #[derive(Properties, PartialEq)]
-pub struct RadioProps {
+pub struct ChoiceProps {
     pub id: AttrValue,
     pub label: AttrValue,
     /// (value, label) pairs.
@@ -54,7 +55,7 @@ pub struct RadioProps {
 /// Pills as a WAI-ARIA radiogroup: Tab reaches the checked pill, arrows move and select,
 /// Home/End jump, Space and Enter select the focused pill.
 #[component]
-pub fn RadioGroup(p: &RadioProps) -> Html {
+pub fn RadioGroup(p: &ChoiceProps) -> Html {
     let refs = use_memo(p.options.len(), |n| {
         (0..*n).map(|_| NodeRef::default()).collect::<Vec<_>>()
     });
@@ -107,19 +108,9 @@ pub fn RadioGroup(p: &RadioProps) -> Html {
     }
 }
 
-#[derive(Properties, PartialEq)]
-pub struct SelectProps {
-    pub id: AttrValue,
-    pub label: AttrValue,
-    /// (value, label) pairs.
-    pub options: Vec<(String, String)>,
-    pub selected: String,
-    pub on_change: Callback<String>,
-}
-
 /// A native `<select>` with its label.
 #[component]
-pub fn Select(p: &SelectProps) -> Html {
+pub fn Select(p: &ChoiceProps) -> Html {
     let onchange = {
         let cb = p.on_change.clone();
         Callback::from(move |e: Event| {

@@ -66,6 +66,23 @@ pub fn shown(s: &str) -> String {
 
 /// The JSON scenario that knobs describe, validated by the engine. Unknown keys are an error.
 pub fn scenario_value<'a>(knobs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Value> {
+    let v = build(knobs)?;
+    parse(&v)?;
+    Ok(v)
+}
+
+/// The scenario that knobs describe (parsed once: this runs on every slider step).
+pub fn scenario<'a>(knobs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Scenario> {
+    parse(&build(knobs)?)
+}
+
+/// The engine's parse, its errors reported under the knob's name.
+fn parse(v: &Value) -> Result<Scenario> {
+    Scenario::from_value(v).map_err(|e| Error::new(knob_of(&e.field), e.message))
+}
+
+/// The JSON scenario, before the engine has looked at it.
+fn build<'a>(knobs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Value> {
     let mut m = Map::new();
     let mut parallel = Map::new();
     for (k, v) in knobs {
@@ -109,15 +126,7 @@ pub fn scenario_value<'a>(knobs: impl IntoIterator<Item = (&'a str, &'a str)>) -
     }
     m.entry("model")
         .or_insert_with(|| json!({ "preset": DEFAULT_MODEL }));
-    let v = Value::Object(m);
-    Scenario::from_value(&v).map_err(|e| Error::new(knob_of(&e.field), e.message))?;
-    Ok(v)
-}
-
-/// The scenario that knobs describe.
-pub fn scenario<'a>(knobs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Scenario> {
-    let v = scenario_value(knobs)?;
-    Scenario::from_value(&v)
+    Ok(Value::Object(m))
 }
 
 /// The knob a JSON scenario field comes from.

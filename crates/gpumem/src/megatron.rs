@@ -46,9 +46,10 @@ impl Shape {
                 (a.kv_heads * a.head_dim) as f64,
             ),
         };
+        // Attention's output has one value vector per query head.
         let o = match &a.mla {
-            Some(m) => (m.v_head_dim * a.heads) as f64,
-            None => (a.heads * a.head_dim) as f64,
+            Some(_) => v,
+            None => q,
         };
         Shape {
             s,
