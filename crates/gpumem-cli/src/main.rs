@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use gpumem::{estimate, Estimate, Scenario};
+use gpumem::{estimate, plan, Estimate, Scenario};
 use serde_json::{Map, Value};
 
 const USAGE: &str = "\
@@ -10,6 +10,7 @@ gpumem — predicts per-GPU memory of LLM training and inference
 
 USAGE:
   gpumem estimate [--scenario FILE] [--hf-config FILE] [FLAGS] [--json]
+  gpumem plan --gpus COUNTS --global-batch N [ESTIMATE FLAGS] [--top N] [--json]
   gpumem presets [--json]
   gpumem help
 
@@ -25,8 +26,24 @@ ESTIMATE FLAGS (override the scenario file's fields):
   --loss standard|fused
   --finetune full|lora|qlora
   --gpu NAME            H100-80GB, H200, B200, A100-80GB, A100-40GB, L4, RTX-4090, …
-  --dp N --zero 0-3
+  --dp N --tp N --pp N --cp N --ep N
+                        data, tensor, pipeline, context, expert parallel sizes
+  --zero 0-3            ZeRO stage (FSDP: 2 SHARD_GRAD_OP, 3 FULL_SHARD)
+  --fsdp STRATEGY       full_shard, shard_grad_op, no_shard, hybrid_shard
+  --framework NAME      fsdp (PyTorch/torchtitan), deepspeed, megatron
+  --grad-accum N        micro-batches per step (the pipeline's micro-batches)
+  --schedule 1f1b|interleaved  --virtual-stages N
+  --sp on|off           sequence parallelism with tp (default on)
+  --offload none|optimizer|optimizer+params
   --json                one JSON object instead of the table
+
+PLAN FLAGS:
+  --gpus COUNTS         2048, 8,16,24, 8..16384 (powers of two), 8..128:8 (steps of 8)
+  --global-batch N      sequences per optimizer step (default 1)
+  --gpus-per-node N     NVLink domain size (default 8): tp stays inside it
+  --top N               layouts to list (default 10)
+  --no-offload          only layouts that keep every state on the GPU
+  --host-memory-gb N    CPU memory per node for offload (default 2000)
 
 Exit codes: 0 ok, 2 bad input.";
 
@@ -47,6 +64,7 @@ fn main() -> ExitCode {
 fn run(args: &[String]) -> Result<String, String> {
     match args.first().map(String::as_str) {
         Some("estimate") => cmd_estimate(&args[1..]),
+        Some("plan") => cmd_plan(&args[1..]),
         Some("presets") => Ok(cmd_presets(args[1..].iter().any(|a| a == "--json"))),
         Some("help") | Some("--help") | Some("-h") | None => Ok(USAGE.to_string()),
         Some(other) => Err(format!(
@@ -65,7 +83,54 @@ fn parse_json(path: &str, text: &str) -> Result<Value, String> {
         .map_err(|e| format!("{path}:{}:{}: malformed JSON: {e}", e.line(), e.column()))
 }
 
+/// The scenario (or plan request) the flags and files describe, and whether `--json` was
+/// given. Errors name the flag or the file the wrong value came from.
+struct Input {
+    obj: Map<String, Value>,
+    json: bool,
+    scenario_path: Option<String>,
+    config_path: Option<String>,
+}
+
+impl Input {
+    fn error(&self, e: gpumem::Error) -> String {
+        let file = match (&self.config_path, &self.scenario_path) {
+            (Some(c), _) if e.field.starts_with("model.hf_config") => Some(c),
+            (_, Some(p)) => Some(p),
+            _ => None,
+        };
+        match file {
+            Some(f) => format!("{f}: {e}"),
+            None => e.to_string(),
+        }
+    }
+}
+
 fn cmd_estimate(args: &[String]) -> Result<String, String> {
+    let input = parse_args(args, false)?;
+    let scenario =
+        Scenario::from_value(&Value::Object(input.obj.clone())).map_err(|e| input.error(e))?;
+    let e = estimate(&scenario).map_err(|e| e.to_string())?;
+    Ok(if input.json {
+        serde_json::to_string_pretty(&e).expect("estimate serialises")
+    } else {
+        table(&e)
+    })
+}
+
+fn cmd_plan(args: &[String]) -> Result<String, String> {
+    let input = parse_args(args, true)?;
+    let req =
+        plan::Request::from_value(&Value::Object(input.obj.clone())).map_err(|e| input.error(e))?;
+    let p = plan::plan(&req);
+    Ok(if input.json {
+        serde_json::to_string_pretty(&p).expect("plan serialises")
+    } else {
+        plan_table(&p)
+    })
+}
+
+fn parse_args(args: &[String], planning: bool) -> Result<Input, String> {
     let mut json = false;
     let mut obj = Map::new();
     let mut i = 0;
@@ -75,6 +140,11 @@ fn cmd_estimate(args: &[String]) -> Result<String, String> {
         let flag = args[i].as_str();
         if flag == "--json" {
             json = true;
+            i += 1;
+            continue;
+        }
+        if flag == "--no-offload" && planning {
+            obj.insert("offload".into(), Value::Bool(false));
             i += 1;
             continue;
         }
@@ -118,16 +188,36 @@ fn cmd_estimate(args: &[String]) -> Result<String, String> {
             "--new-tokens" => {
                 obj.insert("new_tokens".into(), num(value)?);
             }
-            "--dp" | "--zero" => {
-                let p = obj
+            "--dp" | "--tp" | "--pp" | "--cp" | "--ep" | "--zero" | "--grad-accum"
+            | "--virtual-stages" | "--framework" | "--schedule" | "--offload" | "--fsdp"
+            | "--sp" => {
+                let key = flag[2..].replace('-', "_");
+                let v = match flag {
+                    "--framework" | "--schedule" | "--offload" | "--fsdp" => {
+                        Value::String(value.to_string())
+                    }
+                    "--sp" => match value {
+                        "true" | "on" => Value::Bool(true),
+                        "false" | "off" => Value::Bool(false),
+                        _ => return Err(format!("--sp: '{value}' is not on or off")),
+                    },
+                    _ => num(value)?,
+                };
+                match obj
                     .entry("parallel")
-                    .or_insert_with(|| Value::Object(Map::new()));
-                match p {
+                    .or_insert_with(|| Value::Object(Map::new()))
+                {
                     Value::Object(m) => {
-                        m.insert(flag[2..].to_string(), num(value)?);
+                        m.insert(key, v);
                     }
                     _ => return Err("parallel: must be an object".into()),
                 }
+            }
+            "--global-batch" | "--gpus-per-node" | "--top" | "--host-memory-gb" if planning => {
+                obj.insert(flag[2..].replace('-', "_"), num(value)?);
+            }
+            "--gpus" if planning => {
+                obj.insert("gpus".into(), Value::String(value.to_string()));
             }
             other => {
                 return Err(format!(
@@ -141,24 +231,91 @@ fn cmd_estimate(args: &[String]) -> Result<String, String> {
     if !obj.contains_key("model") {
         return Err("no model: give --model NAME, --hf-config FILE or --scenario FILE".into());
     }
-    let scenario = Scenario::from_value(&Value::Object(obj)).map_err(|e| {
-        // Name the file the wrong value came from.
-        let file = match (&config_path, &scenario_path) {
-            (Some(c), _) if e.field.starts_with("model.hf_config") => Some(c),
-            (_, Some(p)) => Some(p),
-            _ => None,
-        };
-        match file {
-            Some(f) => format!("{f}: {e}"),
-            None => e.to_string(),
-        }
-    })?;
-    let e = estimate(&scenario).map_err(|e| e.to_string())?;
-    Ok(if json {
-        serde_json::to_string_pretty(&e).expect("estimate serialises")
-    } else {
-        table(&e)
+    Ok(Input {
+        obj,
+        json,
+        scenario_path,
+        config_path,
     })
+}
+
+fn plan_table(p: &plan::Plan) -> String {
+    let mut s = format!(
+        "{} on {}, seq {}, global batch {} sequences: {} layouts considered, {} fit\n",
+        p.model, p.gpu, p.seq, p.global_batch, p.considered, p.fitting
+    );
+    match p.fewest_gpus {
+        Some(n) => s.push_str(&format!("fewest GPUs with a layout that fits: {n}\n")),
+        None => s.push_str("no GPU count tried has a layout that fits\n"),
+    }
+    if p.counts.len() > 1 {
+        s.push_str("\nbest layout per GPU count\n");
+        s.push_str(&format!(
+            "{:>7}  {:>8}  {:>7}  best\n",
+            "GPUs", "layouts", "fit"
+        ));
+        for c in &p.counts {
+            s.push_str(&format!(
+                "{:>7}  {:>8}  {:>7}  {}\n",
+                c.gpus,
+                c.considered,
+                c.fitting,
+                c.best.as_ref().map_or("—".into(), layout_words)
+            ));
+        }
+    }
+    if !p.best.is_empty() {
+        s.push_str(&format!(
+            "\n{:>3}  {:>6} {:>4} {:>3} {:>3} {:>3} {:>3}  {:>4}  {:>5}  {:>3}  {:<9} {:<8} {:>10} {:>10} {:>7} {:>9} {:>9}\n",
+            "#", "GPUs", "dp", "tp", "pp", "cp", "ep", "zero", "mbs×m", "v", "recompute", "offload",
+            "peak", "headroom", "bubble", "comm/GPU", "step (s)"
+        ));
+        for (i, c) in p.best.iter().enumerate() {
+            let l = &c.layout;
+            s.push_str(&format!(
+                "{:>3}  {:>6} {:>4} {:>3} {:>3} {:>3} {:>3}  {:>4}  {:>5}  {:>3}  {:<9} {:<8} {:>10} {:>10} {:>6.1}% {:>6.1} GB {:>9.2}\n",
+                i + 1,
+                l.gpus,
+                l.dp,
+                l.tp,
+                l.pp,
+                l.cp,
+                l.ep,
+                l.zero,
+                format!("{}×{}", l.micro_batch, l.grad_accum),
+                l.virtual_stages,
+                l.recompute,
+                l.offload,
+                gib(c.device_bytes as f64),
+                gib(c.headroom_bytes as f64),
+                c.bubble * 100.0,
+                c.traffic_bytes.total() / 1e9,
+                c.step_seconds
+            ));
+        }
+    }
+    s.push_str(&format!("\ncost model: {}", p.cost_model));
+    s
+}
+
+fn layout_words(c: &plan::Candidate) -> String {
+    let l = &c.layout;
+    format!(
+        "dp {} tp {} pp {} cp {} ep {}, zero {}, micro-batch {}×{}{}, recompute {}, {} ({} per GPU), step ≈ {:.2} s",
+        l.dp,
+        l.tp,
+        l.pp,
+        l.cp,
+        l.ep,
+        l.zero,
+        l.micro_batch,
+        l.grad_accum,
+        if l.virtual_stages > 1 { format!(", interleaved ×{}", l.virtual_stages) } else { String::new() },
+        l.recompute,
+        if l.offload == "none" { "no offload".to_string() } else { format!("offload {}", l.offload) },
+        gib(c.device_bytes as f64),
+        c.step_seconds
+    )
 }
 
 fn gib(b: f64) -> String {

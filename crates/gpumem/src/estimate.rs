@@ -10,7 +10,7 @@ use crate::error::Result;
 use crate::gpu::CUDA_CONTEXT_BYTES;
 use crate::graph::{Builder, Ctx};
 use crate::precision::Optimizer;
-use crate::scenario::{Finetune, Framework, Mode, Model, Recompute, Scenario};
+use crate::scenario::{Finetune, Framework, Mode, Model, Parallel, Recompute, Scenario};
 use crate::tape::{self, Bytes, Cat, Profile};
 
 /// A point of the step's memory timeline.
@@ -56,8 +56,16 @@ pub struct Estimate {
     /// capacity − device_bytes (negative: over by that much).
     pub headroom_bytes: i64,
     pub timeline: Vec<Point>,
+    /// Model-parallel layouts: every pipeline stage (the figures above are the worst one's).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<crate::layout::StageEstimate>,
     /// What is approximated or not modelled for this scenario.
     pub notes: Vec<String>,
+}
+
+/// Bytes the caching allocator is expected to reserve beyond a peak, in 2 MiB pages.
+pub(crate) fn reserve_for(peak_bytes: u64) -> u64 {
+    (peak_bytes as f64 * ALLOCATOR_RESERVE_FRACTION / 2097152.0).ceil() as u64 * 2097152
 }
 
 /// The fragmentation the caching allocator adds on top of the peak, as a fraction: the
@@ -79,13 +87,23 @@ pub fn estimate(s: &Scenario) -> Result<Estimate> {
         Model::Arch { name, arch } => (name.clone(), Some(arch)),
         Model::Params(n) => (format!("{n} parameters"), None),
     };
+    if let Some(a) = arch {
+        let par = &s.parallel;
+        if s.mode == Mode::Train && (par.model_parallel() || par.framework == Framework::Megatron) {
+            return estimate_layout(s, name, a);
+        }
+    }
     let states = ModelStates::new(s, arch);
     let train = s.mode == Mode::Train;
     let par = s.parallel;
-    let dp = &DpStates::new(s, arch, &states);
+    let dp = &DpStates::new(s, &s.parallel, &states, Geo::data_parallel(s, arch));
     let (weights, master, optim, grads, grads_full) =
         (dp.weights, dp.master, dp.optim, dp.grads, states.grads);
-    notes.extend(dp.notes.iter().cloned());
+    notes.extend(DpStates::describe(
+        s,
+        s.parallel.dp,
+        s.parallel.shard_ranks(),
+    ));
     let base = weights + master + optim + dp.fixed;
 
     let mut timeline = Vec::new();
@@ -158,8 +176,7 @@ pub fn estimate(s: &Scenario) -> Result<Estimate> {
         components.insert("kv_cache".to_string(), kv_at_peak.round() as u64);
     }
     let peak_bytes: u64 = components.values().sum();
-    let reserve =
-        (peak_bytes as f64 * ALLOCATOR_RESERVE_FRACTION / 2097152.0).ceil() as u64 * 2097152;
+    let reserve = reserve_for(peak_bytes);
     let device = peak_bytes + reserve + CUDA_CONTEXT_BYTES;
     let headroom = s.capacity_bytes as i64 - device as i64;
     let p = match arch {
@@ -194,37 +211,184 @@ pub fn estimate(s: &Scenario) -> Result<Estimate> {
         fits: headroom >= 0,
         headroom_bytes: headroom,
         timeline,
+        stages: Vec::new(),
         notes,
     })
 }
 
+/// A model-parallel layout (or any Megatron-LM run): stage by stage, the worst reported.
+fn estimate_layout(s: &Scenario, name: String, a: &Architecture) -> Result<Estimate> {
+    let prep = crate::layout::Prep::new(s, a);
+    let (stages, w) = prep.stages();
+    let worst = stages[w];
+    let components = worst.components();
+    let peak_bytes: u64 = components.values().sum();
+    let reserve = reserve_for(peak_bytes);
+    let device = peak_bytes + reserve + CUDA_CONTEXT_BYTES;
+    let headroom = s.capacity_bytes as i64 - device as i64;
+    let p = a.params();
+    let par = &s.parallel;
+    let states = worst.model_states();
+    let phase = if worst.logits > 0.0 {
+        format!(
+            "backward: logits and loss on the last stage ({} of {})",
+            w + 1,
+            par.pp
+        )
+    } else {
+        format!(
+            "backward: stage {} of {}, {} micro-batch{} of activations in flight",
+            w + 1,
+            par.pp,
+            trim(worst.in_flight),
+            if worst.in_flight == 1.0 { "" } else { "es" }
+        )
+    };
+    let at = |phase: &str, b: f64| Point {
+        phase: phase.into(),
+        bytes: b.round() as u64,
+    };
+    let timeline = vec![
+        at("start of step", states),
+        at(
+            "forward: warm-up micro-batches in flight",
+            states + worst.gathered + worst.activations,
+        ),
+        at("peak", peak_bytes as f64),
+        at("end of step", states),
+    ];
+    let stage_list = stages
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let c = b.components();
+            crate::layout::StageEstimate {
+                stage: i as u64,
+                layers: b.layers,
+                micro_batches_in_flight: b.in_flight,
+                peak_bytes: c.values().sum(),
+                components: c,
+            }
+        })
+        .collect();
+    Ok(Estimate {
+        model: name,
+        params: p.total,
+        trainable_params: p.total,
+        active_params: p.active,
+        peak_bytes,
+        peak_phase: phase,
+        components,
+        model_states_bytes: states.round() as u64,
+        weights_bytes: worst.weights.round() as u64,
+        master_weights_bytes: worst.master.round() as u64,
+        gradients_bytes: worst.grads.round() as u64,
+        optimizer_states_bytes: worst.optim.round() as u64,
+        kv_cache_bytes: 0,
+        host_bytes: worst.host.round() as u64,
+        allocator_reserve_bytes: reserve,
+        cuda_context_bytes: CUDA_CONTEXT_BYTES,
+        device_bytes: device,
+        gpu: s.gpu_name.clone(),
+        capacity_bytes: s.capacity_bytes,
+        fits: headroom >= 0,
+        headroom_bytes: headroom,
+        timeline,
+        stages: stage_list,
+        notes: crate::layout::notes(s, a),
+    })
+}
+
+fn trim(x: f64) -> String {
+    if x.fract() == 0.0 {
+        format!("{x}")
+    } else {
+        format!("{x:.2}")
+    }
+}
+
 /// What one data-parallel rank keeps: the persistent states after ZeRO/FSDP sharding and
 /// offload, and the buffers the engine adds while it gathers and reduces.
-struct DpStates {
-    weights: f64,
-    master: f64,
-    optim: f64,
-    grads: f64,
+pub(crate) struct DpStates {
+    pub weights: f64,
+    pub master: f64,
+    pub optim: f64,
+    pub grads: f64,
     /// Working memory the engine counts with the model states (DeepSpeed ZeRO-3: the
     /// largest layer's 16-bit parameters and gradients, `4 × largest_layer_params`).
-    fixed: f64,
+    pub fixed: f64,
     /// Parameters gathered (unsharded) during forward and backward.
-    gathered: f64,
+    pub gathered: f64,
     /// Gradient communication buffers.
-    buckets: f64,
+    pub buckets: f64,
     /// Offloaded bytes held in CPU memory.
-    host: f64,
-    notes: Vec<String>,
+    pub host: f64,
 }
 
 /// DeepSpeed's default `reduce_bucket_size` (elements).
 const DEEPSPEED_REDUCE_BUCKET: f64 = 5e8;
 
+/// How one part of the model's states is spread over data-parallel ranks.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Geo {
+    /// Ranks a sharded state is divided over.
+    pub ranks: f64,
+    /// Ranks holding a replica of these states (gradients are reduced across them).
+    pub replicas: u64,
+    /// Elements of the largest parameter tensor (DeepSpeed ZeRO-3's working buffer).
+    pub largest: f64,
+    /// Parameters of the largest wrapped unit (FSDP gathers one at a time).
+    pub unit: f64,
+}
+
+impl Geo {
+    fn data_parallel(s: &Scenario, arch: Option<&Architecture>) -> Geo {
+        Geo {
+            ranks: s.parallel.shard_ranks() as f64,
+            replicas: s.parallel.dp,
+            largest: arch.map_or(0.0, |a| largest_param(a) as f64),
+            unit: arch.map_or(0.0, fsdp_unit_params),
+        }
+    }
+}
+
 impl DpStates {
-    fn new(s: &Scenario, arch: Option<&Architecture>, st: &ModelStates) -> DpStates {
-        let par = s.parallel;
+    /// What shards the states, in words (none for a single plain replica).
+    pub(crate) fn describe(s: &Scenario, replicas: u64, ranks: u64) -> Option<String> {
+        let par = &s.parallel;
+        if s.mode != Mode::Train
+            || (par.framework != Framework::DeepSpeed && replicas == 1 && !par.offload_optimizer)
+        {
+            return None;
+        }
+        let zero = par.zero;
+        let offload = if par.offload_optimizer {
+            ", optimizer offloaded to CPU"
+        } else {
+            ""
+        };
+        let megatron = par.framework == Framework::Megatron;
+        let what = match (par.framework, zero) {
+            (Framework::DeepSpeed, _) => {
+                return Some(format!("DeepSpeed ZeRO-{zero} over {ranks} ranks{offload}"))
+            }
+            (_, 3 | 2) if megatron => "Megatron-FSDP",
+            (_, 1) if megatron => "Megatron's distributed optimizer",
+            _ if megatron => "Megatron DDP",
+            (_, 3) if par.shard_group < par.dp => "FSDP HYBRID_SHARD",
+            (_, 3) => "FSDP FULL_SHARD",
+            (_, 2) => "FSDP SHARD_GRAD_OP",
+            (_, 1) => "DDP with a sharded optimizer (ZeRO-1)",
+            _ => "DDP",
+        };
+        Some(format!(
+            "{what} over {replicas} ranks (states sharded over {ranks}){offload}"
+        ))
+    }
+
+    pub(crate) fn new(s: &Scenario, par: &Parallel, st: &ModelStates, g: Geo) -> DpStates {
         let train = s.mode == Mode::Train;
-        let n = par.shard_ranks() as f64;
+        let n = g.ranks;
         let zero = par.zero;
         let shard = |on: bool, b: f64| if on { b / n } else { b };
         let trainable = st.trainable_params as f64;
@@ -237,14 +401,13 @@ impl DpStates {
             gathered: 0.0,
             buckets: 0.0,
             host: 0.0,
-            notes: Vec::new(),
         };
-        let plain = par.framework == Framework::Fsdp && par.dp == 1 && !par.offload_optimizer;
+        let plain =
+            par.framework != Framework::DeepSpeed && g.replicas == 1 && !par.offload_optimizer;
         if !train || plain {
             return d;
         }
-        let largest = arch.map_or(0.0, |a| largest_param(a) as f64);
-        let unit = arch.map_or(0.0, fsdp_unit_params);
+        let (largest, unit) = (g.largest, g.unit);
         let wb = s.precision.weights.bytes();
         let gb = s.precision.grads.bytes();
         match par.framework {
@@ -272,16 +435,9 @@ impl DpStates {
                     d.grads = 0.0;
                     d.buckets = 0.0;
                 }
-                d.notes.push(format!(
-                    "DeepSpeed ZeRO-{zero} over {n} ranks{}",
-                    if par.offload_optimizer {
-                        ", optimizer offloaded to CPU"
-                    } else {
-                        ""
-                    }
-                ));
             }
-            Framework::Fsdp => {
+            Framework::Fsdp | Framework::Megatron => {
+                let megatron = par.framework == Framework::Megatron;
                 match zero {
                     // FULL_SHARD: the current unit and the prefetched next one are gathered;
                     // in backward a unit's full gradients wait for their reduce-scatter.
@@ -295,8 +451,9 @@ impl DpStates {
                         d.buckets = unit * gb;
                     }
                     // DDP: gradient buckets are a second copy of the gradients
-                    // (gradient_as_bucket_view=False, the default).
-                    _ if par.dp > 1 => d.buckets = st.grads,
+                    // (gradient_as_bucket_view=False, the default). Megatron's gradients are
+                    // views into the buffer it reduces: no copy.
+                    _ if g.replicas > 1 && !megatron => d.buckets = st.grads,
                     _ => {}
                 }
                 if par.offload_optimizer {
@@ -304,22 +461,6 @@ impl DpStates {
                     d.master = 0.0;
                     d.optim = 0.0;
                 }
-                let what = match zero {
-                    3 if par.shard_group < par.dp => "FSDP HYBRID_SHARD",
-                    3 => "FSDP FULL_SHARD",
-                    2 => "FSDP SHARD_GRAD_OP",
-                    1 => "DDP with a sharded optimizer (ZeRO-1)",
-                    _ => "DDP",
-                };
-                d.notes.push(format!(
-                    "{what} over {} ranks (states sharded over {n}){}",
-                    par.dp,
-                    if par.offload_optimizer {
-                        ", optimizer offloaded to CPU"
-                    } else {
-                        ""
-                    }
-                ));
             }
         }
         if par.offload_params {
@@ -345,16 +486,16 @@ fn fsdp_unit_params(a: &Architecture) -> f64 {
 }
 
 /// Persistent bytes, unsharded.
-struct ModelStates {
-    weights: f64,
-    master: f64,
-    grads: f64,
-    optimizer: f64,
-    trainable_params: u64,
+pub(crate) struct ModelStates {
+    pub weights: f64,
+    pub master: f64,
+    pub grads: f64,
+    pub optimizer: f64,
+    pub trainable_params: u64,
 }
 
 impl ModelStates {
-    fn new(s: &Scenario, arch: Option<&Architecture>) -> ModelStates {
+    pub(crate) fn new(s: &Scenario, arch: Option<&Architecture>) -> ModelStates {
         let p = &s.precision;
         let train = s.mode == Mode::Train;
         let opt = s.optimizer;

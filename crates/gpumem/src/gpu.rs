@@ -7,6 +7,13 @@ pub struct Gpu {
     /// `torch.cuda.mem_get_info()` total. H100-80GB is measured (tests/data); the others are
     /// nvidia-smi's published totals less the same 479 MiB the H100 shows between the two.
     pub capacity_bytes: u64,
+    /// Published dense 16-bit tensor throughput with fp32 accumulation (TFLOP/s), from
+    /// NVIDIA's datasheets. Only the planner's cost model uses it.
+    pub tflops: f64,
+    /// Per-GPU bandwidth, one direction, GB/s: within a node (NVLink, or PCIe where there is
+    /// none) and between nodes (the NIC per GPU of a typical cluster of that GPU).
+    pub intra_gbps: f64,
+    pub inter_gbps: f64,
 }
 
 const MIB: u64 = 1 << 20;
@@ -15,38 +22,65 @@ pub const GPUS: &[Gpu] = &[
     Gpu {
         name: "H100-80GB",
         capacity_bytes: 85_017_493_504,
+        tflops: 989.0,
+        intra_gbps: 450.0,
+        inter_gbps: 50.0,
     },
     Gpu {
         name: "H200",
         capacity_bytes: (143_771 - 479) * MIB,
+        tflops: 989.0,
+        intra_gbps: 450.0,
+        inter_gbps: 50.0,
     },
     Gpu {
         name: "B200",
         capacity_bytes: (183_359 - 479) * MIB,
+        tflops: 2250.0,
+        intra_gbps: 900.0,
+        inter_gbps: 100.0,
     },
     Gpu {
         name: "A100-80GB",
         capacity_bytes: (81_920 - 479) * MIB,
+        tflops: 312.0,
+        intra_gbps: 300.0,
+        inter_gbps: 25.0,
     },
     Gpu {
         name: "A100-40GB",
         capacity_bytes: (40_960 - 479) * MIB,
+        tflops: 312.0,
+        intra_gbps: 300.0,
+        inter_gbps: 25.0,
     },
     Gpu {
         name: "L4",
         capacity_bytes: (23_034 - 479) * MIB,
+        tflops: 121.0,
+        intra_gbps: 32.0,
+        inter_gbps: 12.5,
     },
     Gpu {
         name: "RTX-4090",
         capacity_bytes: (24_564 - 479) * MIB,
+        tflops: 82.6,
+        intra_gbps: 32.0,
+        inter_gbps: 12.5,
     },
     Gpu {
         name: "RTX-3090",
         capacity_bytes: (24_576 - 479) * MIB,
+        tflops: 35.6,
+        intra_gbps: 32.0,
+        inter_gbps: 12.5,
     },
     Gpu {
         name: "V100-32GB",
         capacity_bytes: (32_768 - 479) * MIB,
+        tflops: 125.0,
+        intra_gbps: 150.0,
+        inter_gbps: 12.5,
     },
 ];
 

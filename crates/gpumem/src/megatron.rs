@@ -139,6 +139,25 @@ pub fn mlp_bytes(f: f64, x: &Shape, sp: &Split) -> f64 {
     replicated(rep, sp) + split / sp.t
 }
 
+/// A mixture-of-experts block (Megatron-Core's token dispatcher, experts split by the same
+/// `t` as the rest of the layer): the norm and router inputs, the fp32 router scores, each
+/// routed token's copy as the first expert linear's input, the experts' intermediate
+/// tensors, their outputs kept for the probability-weighted combine, and any shared experts.
+/// `tokens` is how many (token, expert) pairs this GPU's experts take: `s·b·top_k` times the
+/// capacity factor, all tokens of the TP group being routed to every TP rank.
+pub fn moe_bytes(x: &Shape, sp: &Split, experts: f64, tokens: f64, f: f64, shared_f: f64) -> f64 {
+    let sb = x.s * x.b;
+    let rep = 2.0 * sb * x.h + 2.0 * sb * x.h + 2.0 * 4.0 * sb * experts;
+    let per_token = if x.gated { 3.0 * f } else { 2.0 * f };
+    let routed = tokens * (2.0 * x.h + 2.0 * x.h) + tokens * 2.0 * per_token / sp.t;
+    let shared = if x.gated {
+        2.0 * sb * 3.0 * shared_f
+    } else {
+        2.0 * sb * 2.0 * shared_f
+    };
+    replicated(rep, sp) + routed + shared / sp.t
+}
+
 /// What full recomputation materialises again for the layer being back-propagated.
 pub fn recompute_transient(x: &Shape, sp: &Split) -> f64 {
     match sp.recompute {

@@ -72,6 +72,9 @@ pub enum Framework {
     Fsdp,
     /// DeepSpeed ZeRO stages 0–3 (its own buffers and fp32 gradient partitions).
     DeepSpeed,
+    /// Megatron-LM: gradients live in one contiguous buffer the reduction works on in place;
+    /// `zero` 1 is its distributed optimizer, 2–3 Megatron-FSDP.
+    Megatron,
 }
 
 /// How micro-batches flow through pipeline stages.
@@ -344,7 +347,7 @@ impl Scenario {
     }
 
     /// Cross-field checks.
-    fn check(&self) -> Result<()> {
+    pub(crate) fn check(&self) -> Result<()> {
         if let Model::Arch { arch, .. } = &self.model {
             if let Some(n) = arch.learned_positions {
                 let need = self.seq
@@ -459,13 +462,22 @@ impl Scenario {
         if p.model_parallel() && !matches!(self.finetune, Finetune::Full) {
             return err("tp", "LoRA with tp, pp, cp or ep is not modelled".into());
         }
-        if p.model_parallel() {
-            // The per-layer accounting exists (`megatron.rs`); the per-GPU assembly (stages,
-            // schedules, ring buffers, expert dispatch) does not yet. Refuse rather than guess.
+        if p.cp > 1 && self.attention == Attention::Eager {
             return err(
-                "tp",
-                "a valid layout, but per-GPU estimates with tp, pp, cp or ep are not assembled yet (dp with ZeRO/FSDP is)".into(),
+                "cp",
+                "context parallelism (ring attention) runs on fused attention kernels: use attention \"flash\"".into(),
             );
+        }
+        if let Schedule::Interleaved(_) = p.schedule {
+            if p.pp > 1 && !p.grad_accum.is_multiple_of(p.pp) {
+                return err(
+                    "grad_accum",
+                    format!(
+                        "the interleaved schedule needs the micro-batches per step ({}) to be a multiple of pp ({})",
+                        p.grad_accum, p.pp
+                    ),
+                );
+            }
         }
         Ok(())
     }
@@ -647,13 +659,16 @@ fn parse_parallel(v: &Value) -> Result<Parallel> {
         }
     }
     p.framework = match o.str_opt("framework")? {
-        None | Some("fsdp") | Some("pytorch") | Some("torch") => Framework::Fsdp,
+        None | Some("fsdp") | Some("pytorch") | Some("torch") | Some("torchtitan") => {
+            Framework::Fsdp
+        }
         Some("deepspeed") => Framework::DeepSpeed,
+        Some("megatron") | Some("megatron-lm") => Framework::Megatron,
         Some(other) => {
             return Err(Error::new(
                 o.path("framework"),
                 format!(
-                    "must be \"fsdp\" or \"deepspeed\", got '{}'",
+                    "must be \"fsdp\", \"deepspeed\" or \"megatron\", got '{}'",
                     truncate(other, 20)
                 ),
             ))

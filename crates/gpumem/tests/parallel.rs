@@ -139,8 +139,17 @@ fn invalid_layouts_say_which_constraint_failed() {
         "layers (32) divisible by pp × virtual_stages (12)",
     );
     bad(json!({"dp": 8, "shard_group": 3}), "must divide dp (8)");
-    // Valid, but not assembled into a per-GPU estimate yet: refused, not guessed.
-    bad(json!({"tp": 8, "pp": 4}), "not assembled yet");
+    bad(
+        json!({"pp": 4, "schedule": "interleaved", "virtual_stages": 2, "grad_accum": 6}),
+        "micro-batches per step (6) to be a multiple of pp (4)",
+    );
+    let v =
+        json!({"model": "llama3.1-8b", "seq": 4096, "attention": "eager", "parallel": {"cp": 2}});
+    let e = Scenario::from_value(&v).unwrap_err().to_string();
+    assert!(
+        e.contains("parallel.cp") && e.contains("fused attention"),
+        "{e}"
+    );
     let v = json!({"model": "mixtral-8x7b", "parallel": {"ep": 3}});
     let e = Scenario::from_value(&v).unwrap_err().to_string();
     assert!(e.contains("experts (8) must be divisible by ep (3)"), "{e}");

@@ -1,0 +1,762 @@
+//! The planner: every layout of a training run over a number of GPUs, which of them fit,
+//! and which is likely fastest.
+//!
+//! A layout is `dp × tp × pp × cp × ep = N` with a ZeRO stage / FSDP strategy, a pipeline
+//! schedule, a micro-batch size (the global batch fixes the micro-batches per step),
+//! activation recomputation and offload. Each is checked by the same engine as `estimate`.
+//!
+//! The cost model is deliberately simple, and the same for every layout:
+//! - compute: `6·N_active·T + 6·L·s·d_q·T` FLOPs per step (T tokens; the second term is
+//!   causal attention) at half the GPU's dense 16-bit peak, one third more under full
+//!   recomputation, times `1 + (p − 1)/(v·m)` for the pipeline bubble;
+//! - communication: the bytes each GPU sends per step for every dimension (ring
+//!   collectives), over NVLink when the group fits in a node (mesh order tp, cp, ep, dp, pp,
+//!   innermost first) and over the network otherwise. Tensor, context, expert and pipeline
+//!   traffic is on the critical path; data-parallel traffic hides behind the backward (two
+//!   thirds of compute) and only what exceeds it counts; offload moves states over PCIe
+//!   (25 GB/s) and runs Adam on the CPU (2·10⁹ parameters/s);
+//! - rank: the estimated step time, then the larger memory headroom.
+
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::arch::Architecture;
+use crate::error::{Error, Result};
+use crate::estimate::{estimate, reserve_for};
+use crate::gpu::{self, CUDA_CONTEXT_BYTES};
+use crate::hf::Obj;
+use crate::layout::{state_bytes, GpuParams, LayerActs, Prep};
+use crate::scenario::{Attention, Framework, Model, Parallel, Recompute, Scenario, Schedule};
+
+/// What to plan.
+#[derive(Clone, Debug)]
+pub struct Request {
+    /// Model, sequence length, precision, optimizer, GPU, framework (its layout is ignored).
+    pub scenario: Scenario,
+    /// Sequences per optimizer step.
+    pub global_batch: u64,
+    /// GPU counts to try.
+    pub gpus: Vec<u64>,
+    pub gpus_per_node: u64,
+    /// Layouts to list (best first).
+    pub top: usize,
+    /// Whether layouts may offload states to CPU memory.
+    pub offload: bool,
+    /// CPU memory of one node: what the node's GPUs offload must fit in it.
+    pub host_bytes_per_node: u64,
+    /// The scenario as given, without its layout: each candidate adds its own.
+    pub source: Value,
+}
+
+/// The largest micro-batch the planner tries.
+pub const MAX_MICRO_BATCH: u64 = 16;
+/// Context parallelism keeps at least this many tokens on each GPU.
+pub const MIN_CP_TOKENS: u64 = 1024;
+/// A DGX H100 node's 2 TB of system memory.
+pub const DEFAULT_HOST_GB: u64 = 2000;
+const MFU: f64 = 0.5;
+const PCIE_GBPS: f64 = 25.0;
+const CPU_ADAM_PARAMS_PER_S: f64 = 2e9;
+
+/// One layout, as `gpumem estimate` takes it.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Layout {
+    pub gpus: u64,
+    pub dp: u64,
+    pub tp: u64,
+    pub pp: u64,
+    pub cp: u64,
+    pub ep: u64,
+    pub zero: u8,
+    pub virtual_stages: u64,
+    pub micro_batch: u64,
+    pub grad_accum: u64,
+    pub recompute: String,
+    pub offload: String,
+}
+
+/// Bytes one GPU sends per step, by dimension.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq)]
+pub struct Traffic {
+    pub tp: f64,
+    pub cp: f64,
+    pub ep: f64,
+    pub pp: f64,
+    pub dp: f64,
+    pub offload: f64,
+}
+
+impl Traffic {
+    pub fn total(&self) -> f64 {
+        self.tp + self.cp + self.ep + self.pp + self.dp + self.offload
+    }
+}
+
+/// A layout that fits, with its memory and its cost.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Candidate {
+    pub layout: Layout,
+    /// Predicted allocator peak, and the nvidia-smi total (reserve and context included).
+    pub peak_bytes: u64,
+    pub device_bytes: u64,
+    pub headroom_bytes: i64,
+    /// Idle fraction of the pipeline: (p − 1)/(v·m).
+    pub bubble: f64,
+    pub traffic_bytes: Traffic,
+    pub compute_seconds: f64,
+    pub exposed_comm_seconds: f64,
+    pub step_seconds: f64,
+    /// The scenario to pass to `gpumem estimate` for the full breakdown.
+    pub scenario: Value,
+}
+
+/// The best layouts for one GPU count.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Count {
+    pub gpus: u64,
+    pub considered: u64,
+    pub fitting: u64,
+    pub best: Option<Candidate>,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Plan {
+    pub model: String,
+    pub gpu: String,
+    pub seq: u64,
+    pub global_batch: u64,
+    pub considered: u64,
+    pub fitting: u64,
+    /// The smallest GPU count tried that has a layout that fits.
+    pub fewest_gpus: Option<u64>,
+    pub counts: Vec<Count>,
+    /// The best layouts over all counts tried, fastest first.
+    pub best: Vec<Candidate>,
+    pub cost_model: String,
+}
+
+const COST_MODEL: &str = "step time = compute at 50% of the GPU's dense 16-bit peak (×4/3 under full recomputation) × (1 + pipeline bubble) + tensor/context/expert/pipeline traffic + data-parallel traffic beyond what the backward hides + offload over PCIe; ties go to the larger headroom";
+
+impl Request {
+    /// A JSON request: a scenario plus `global_batch`, `gpus` (a count, a list, or
+    /// `{"min", "max"}` for the powers of two between, with an optional `"step"`),
+    /// `gpus_per_node` and `top`.
+    pub fn from_value(v: &Value) -> Result<Request> {
+        let o = Obj::new(v, "").map_err(|_| Error::new("plan", "must be a JSON object"))?;
+        let mut scenario = v.as_object().cloned().unwrap_or_default();
+        for k in [
+            "global_batch",
+            "gpus",
+            "gpus_per_node",
+            "top",
+            "batch",
+            "offload",
+            "host_memory_gb",
+        ] {
+            scenario.remove(k);
+        }
+        if let Some(p) = o.get("parallel") {
+            let po = Obj::new(p, "parallel")?;
+            let mut keep = serde_json::Map::new();
+            for k in ["framework", "sp", "capacity_factor"] {
+                if let Some(x) = po.get(k) {
+                    keep.insert(k.into(), x.clone());
+                }
+            }
+            scenario.insert("parallel".into(), Value::Object(keep));
+        }
+        let source = Value::Object(scenario);
+        let scenario = Scenario::from_value(&source)?;
+        if !matches!(scenario.model, Model::Arch { .. }) {
+            return Err(Error::new(
+                "model",
+                "the planner needs an architecture, not only a parameter count",
+            ));
+        }
+        if scenario.mode != crate::scenario::Mode::Train {
+            return Err(Error::new("mode", "the planner plans training runs"));
+        }
+        let global_batch = o.u64_opt("global_batch")?.unwrap_or(1);
+        if global_batch == 0 || global_batch > 1 << 24 {
+            return Err(Error::new(
+                "global_batch",
+                format!("must be between 1 and 2^24, got {global_batch}"),
+            ));
+        }
+        let gpus_per_node = o.u64_opt("gpus_per_node")?.unwrap_or(8);
+        if gpus_per_node == 0 || gpus_per_node > 1024 {
+            return Err(Error::new(
+                "gpus_per_node",
+                format!("must be between 1 and 1024, got {gpus_per_node}"),
+            ));
+        }
+        let gpus = parse_gpus(o.get("gpus"))?;
+        let top = o.u64_opt("top")?.unwrap_or(10).clamp(1, 1000) as usize;
+        let offload = match o.get("offload") {
+            None | Some(Value::Bool(true)) => true,
+            Some(Value::Bool(false)) => false,
+            Some(_) => return Err(Error::new("offload", "must be true or false")),
+        };
+        let host_gb = o.u64_opt("host_memory_gb")?.unwrap_or(DEFAULT_HOST_GB);
+        if host_gb > 1 << 30 {
+            return Err(Error::new(
+                "host_memory_gb",
+                format!("{host_gb} GB is beyond the supported 2^30"),
+            ));
+        }
+        Ok(Request {
+            scenario,
+            global_batch,
+            gpus,
+            gpus_per_node,
+            top,
+            offload,
+            host_bytes_per_node: host_gb * 1_000_000_000,
+            source,
+        })
+    }
+}
+
+const MAX_PLAN_GPUS: u64 = 1 << 20;
+
+/// `"A..B"` (powers of two from A), `"A..B:S"` (steps of S), `"A,B,C"` or a number.
+pub fn parse_gpu_counts(text: &str) -> std::result::Result<Vec<u64>, String> {
+    let num = |s: &str| -> std::result::Result<u64, String> {
+        match s.trim().parse::<u64>() {
+            Ok(n) if (1..=MAX_PLAN_GPUS).contains(&n) => Ok(n),
+            _ => Err(format!(
+                "'{}' is not a GPU count between 1 and {MAX_PLAN_GPUS}",
+                s.trim().chars().take(20).collect::<String>()
+            )),
+        }
+    };
+    if let Some((a, rest)) = text.split_once("..") {
+        let (b, step) = match rest.split_once(':') {
+            Some((b, s)) => (b, Some(num(s)?)),
+            None => (rest, None),
+        };
+        let (a, b) = (num(a)?, num(b)?);
+        if a > b {
+            return Err(format!("the range {a}..{b} is empty"));
+        }
+        let mut v = Vec::new();
+        let mut n = a;
+        while n <= b {
+            v.push(n);
+            n = match step {
+                Some(s) => n + s,
+                None => n * 2,
+            };
+        }
+        if v.len() > 4096 {
+            return Err(format!("{} GPU counts is more than 4,096", v.len()));
+        }
+        return Ok(v);
+    }
+    text.split(',').map(num).collect()
+}
+
+fn parse_gpus(v: Option<&Value>) -> Result<Vec<u64>> {
+    let bad = |m: String| Error::new("gpus", m);
+    let mut counts = match v {
+        None => {
+            return Err(bad(
+                "is required: a count, a list, or {\"min\", \"max\"}".into()
+            ))
+        }
+        Some(Value::Number(_)) | Some(Value::String(_)) => {
+            let text = match v {
+                Some(Value::String(s)) => s.clone(),
+                Some(x) => x.to_string(),
+                None => unreachable!(),
+            };
+            parse_gpu_counts(&text).map_err(bad)?
+        }
+        Some(Value::Array(a)) => {
+            let mut out = Vec::new();
+            for (i, x) in a.iter().enumerate() {
+                match x.as_u64() {
+                    Some(n) if (1..=MAX_PLAN_GPUS).contains(&n) => out.push(n),
+                    _ => {
+                        return Err(Error::new(
+                            format!("gpus[{i}]"),
+                            format!("must be a GPU count between 1 and {MAX_PLAN_GPUS}"),
+                        ))
+                    }
+                }
+            }
+            out
+        }
+        Some(r @ Value::Object(_)) => {
+            let o = Obj::new(r, "gpus")?;
+            let min = o.u64_opt("min")?.unwrap_or(1);
+            let max = o.u64_req("max")?;
+            let text = match o.u64_opt("step")? {
+                Some(s) => format!("{min}..{max}:{s}"),
+                None => format!("{min}..{max}"),
+            };
+            parse_gpu_counts(&text).map_err(bad)?
+        }
+        Some(_) => return Err(bad("must be a count, a list, or {\"min\", \"max\"}".into())),
+    };
+    if counts.is_empty() || counts.len() > 4096 {
+        return Err(bad("must name between 1 and 4,096 GPU counts".into()));
+    }
+    counts.sort_unstable();
+    counts.dedup();
+    Ok(counts)
+}
+
+fn divisors(n: u64) -> Vec<u64> {
+    let mut small = Vec::new();
+    let mut large = Vec::new();
+    let mut i = 1;
+    while i * i <= n {
+        if n.is_multiple_of(i) {
+            small.push(i);
+            if i * i != n {
+                large.push(n / i);
+            }
+        }
+        i += 1;
+    }
+    small.extend(large.into_iter().rev());
+    small
+}
+
+/// Plan: every layout for every count, ranked.
+pub fn plan(req: &Request) -> Plan {
+    let s = &req.scenario;
+    let Model::Arch { name, arch: a } = &s.model else {
+        unreachable!("checked by Request::from_value")
+    };
+    let spec = gpu::find(&s.gpu_name).unwrap_or_else(|| gpu::find("H100-80GB").expect("H100"));
+    let bytes = state_bytes(s, a);
+    let mut sweep = Sweep {
+        s,
+        a,
+        req,
+        spec,
+        bytes,
+        scratch: s.clone(),
+        params: Vec::new(),
+        acts: Vec::new(),
+        found: Vec::new(),
+    };
+    let mut counts = Vec::new();
+    let (mut considered, mut fitting) = (0, 0);
+    for &g in &req.gpus {
+        let before = sweep.found.len();
+        let c = sweep.count(g);
+        considered += c;
+        let fit = (sweep.found.len() - before) as u64;
+        fitting += fit;
+        counts.push((g, c, fit, before));
+    }
+    // Rank everything; confirm the listed ones with the full estimate.
+    let mut order: Vec<usize> = (0..sweep.found.len()).collect();
+    order.sort_by(|&i, &j| rank(&sweep.found[i], &sweep.found[j]));
+    let best_of = |from: usize, to: usize| -> Option<usize> {
+        (from..to).min_by(|&i, &j| rank(&sweep.found[i], &sweep.found[j]))
+    };
+    let confirm = |f: &Found| -> Option<Candidate> { sweep.candidate(f) };
+    let mut best = Vec::new();
+    for &i in &order {
+        if best.len() >= req.top {
+            break;
+        }
+        if let Some(c) = confirm(&sweep.found[i]) {
+            best.push(c);
+        }
+    }
+    let counts: Vec<Count> = counts
+        .into_iter()
+        .map(|(g, c, fit, before)| Count {
+            gpus: g,
+            considered: c,
+            fitting: fit,
+            best: best_of(before, before + fit as usize).and_then(|i| confirm(&sweep.found[i])),
+        })
+        .collect();
+    Plan {
+        model: name.clone(),
+        gpu: s.gpu_name.clone(),
+        seq: s.seq,
+        global_batch: req.global_batch,
+        considered,
+        fitting,
+        fewest_gpus: counts.iter().find(|c| c.best.is_some()).map(|c| c.gpus),
+        counts,
+        best,
+        cost_model: COST_MODEL.into(),
+    }
+}
+
+fn rank(x: &Found, y: &Found) -> std::cmp::Ordering {
+    x.step
+        .total_cmp(&y.step)
+        .then(y.headroom.cmp(&x.headroom))
+        .then(x.par.gpus().cmp(&y.par.gpus()))
+}
+
+/// A fitting layout found by the sweep (small, no allocation).
+#[derive(Clone, Copy, Debug)]
+struct Found {
+    par: Parallel,
+    batch: u64,
+    recompute: Recompute,
+    headroom: i64,
+    step: f64,
+}
+
+/// (tp, cp, micro-batch, pipelined, recomputation): what a layer's activations depend on.
+type ActsKey = (u64, u64, u64, bool, Recompute);
+
+struct Sweep<'a> {
+    s: &'a Scenario,
+    a: &'a Architecture,
+    req: &'a Request,
+    spec: gpu::Gpu,
+    bytes: [f64; 4],
+    scratch: Scenario,
+    params: Vec<((u64, u64, bool), GpuParams)>,
+    acts: Vec<(ActsKey, LayerActs)>,
+    found: Vec<Found>,
+}
+
+impl Sweep<'_> {
+    /// Every layout on `g` GPUs; returns how many were considered.
+    fn count(&mut self, g: u64) -> u64 {
+        let (s, a, req) = (self.s, self.a, self.req);
+        let base = s.parallel;
+        let experts = a.moe.as_ref().map_or(1, |m| m.experts);
+        let recomputes: &[Recompute] = if s.attention == Attention::Eager {
+            &[Recompute::None, Recompute::Selective, Recompute::Full]
+        } else {
+            &[Recompute::None, Recompute::Full]
+        };
+        let mut considered = 0;
+        for tp in divisors(g) {
+            if tp > req.gpus_per_node
+                || !a.heads.is_multiple_of(tp)
+                || (a.mla.is_none() && !a.kv_heads.is_multiple_of(tp))
+            {
+                continue;
+            }
+            for cp in divisors(g / tp) {
+                if cp > 1
+                    && (s.attention == Attention::Eager
+                        || !s.seq.is_multiple_of(2 * cp)
+                        || s.seq / cp < MIN_CP_TOKENS)
+                {
+                    continue;
+                }
+                for ep in divisors(g / tp / cp) {
+                    if ep > 1 && (a.moe.is_none() || !experts.is_multiple_of(ep)) {
+                        continue;
+                    }
+                    for pp in divisors(g / tp / cp / ep) {
+                        let dp = g / tp / cp / ep / pp;
+                        if pp > a.layers || !req.global_batch.is_multiple_of(dp) {
+                            continue;
+                        }
+                        let per_replica = req.global_batch / dp;
+                        let mut b = 1;
+                        while b <= MAX_MICRO_BATCH && b <= per_replica {
+                            if per_replica.is_multiple_of(b) {
+                                let m = per_replica / b;
+                                for v in [1, 2, 4] {
+                                    if v > 1
+                                        && (pp == 1
+                                            || !a.layers.is_multiple_of(pp * v)
+                                            || !m.is_multiple_of(pp))
+                                    {
+                                        continue;
+                                    }
+                                    let par = Parallel {
+                                        dp,
+                                        tp,
+                                        pp,
+                                        cp,
+                                        ep,
+                                        shard_group: dp,
+                                        grad_accum: m,
+                                        schedule: if v > 1 {
+                                            Schedule::Interleaved(v)
+                                        } else {
+                                            Schedule::OneFOneB
+                                        },
+                                        ..base
+                                    };
+                                    considered += self.options(par, b, recomputes);
+                                }
+                            }
+                            b *= 2;
+                        }
+                    }
+                }
+            }
+        }
+        considered
+    }
+
+    /// ZeRO stages, recomputation and offload for one mesh and micro-batch.
+    fn options(&mut self, par: Parallel, b: u64, recomputes: &[Recompute]) -> u64 {
+        let mut n = 0;
+        let pipeline_limits = par.pp > 1 && par.framework != Framework::Fsdp;
+        for zero in 0..=3u8 {
+            // DeepSpeed's and Megatron's pipelines take ZeRO-1 at most.
+            if pipeline_limits && zero > 1 {
+                continue;
+            }
+            for offload in 0..3 {
+                if (offload >= 1 && (zero == 0 || par.pp > 1 || !self.req.offload))
+                    || (offload == 2 && zero < 3)
+                {
+                    continue;
+                }
+                for &r in recomputes {
+                    let par = Parallel {
+                        zero,
+                        offload_optimizer: offload >= 1,
+                        offload_params: offload == 2,
+                        ..par
+                    };
+                    n += 1;
+                    self.evaluate(par, b, r);
+                }
+            }
+        }
+        n
+    }
+
+    fn gpu_params(&mut self, par: &Parallel) -> GpuParams {
+        let key = (par.tp, par.ep, par.pp > 1);
+        if let Some((_, p)) = self.params.iter().find(|(k, _)| *k == key) {
+            return *p;
+        }
+        let p = GpuParams::new(self.a, par);
+        self.params.push((key, p));
+        p
+    }
+
+    fn layer_acts(&mut self, par: &Parallel, vocab: f64, b: u64, r: Recompute) -> LayerActs {
+        let key = (par.tp, par.cp, b, par.pp > 1, r);
+        if let Some((_, x)) = self.acts.iter().find(|(k, _)| *k == key) {
+            return *x;
+        }
+        let x = LayerActs::new(self.s, self.a, par, vocab, b, r);
+        self.acts.push((key, x));
+        x
+    }
+
+    fn evaluate(&mut self, par: Parallel, b: u64, r: Recompute) {
+        let (peak, host) = if par.model_parallel() || par.framework == Framework::Megatron {
+            let w = self.gpu_params(&par);
+            let x = self.layer_acts(&par, w.vocab, b, r);
+            let worst = Prep::from_parts(self.s, self.a, par, w, x, self.bytes).worst();
+            (worst.total().round() as u64, worst.host)
+        } else {
+            self.scratch.parallel = par;
+            self.scratch.batch = b;
+            self.scratch.recompute = r;
+            match estimate(&self.scratch) {
+                Ok(e) => (e.peak_bytes, e.host_bytes as f64),
+                Err(_) => return,
+            }
+        };
+        let per_node = par.gpus().min(self.req.gpus_per_node) as f64;
+        if host * per_node > self.req.host_bytes_per_node as f64 {
+            return;
+        }
+        let device = peak + reserve_for(peak) + CUDA_CONTEXT_BYTES;
+        let headroom = self.s.capacity_bytes as i64 - device as i64;
+        if headroom < 0 {
+            return;
+        }
+        let (_, _, step, _) = cost(self.s, self.a, &self.spec, self.req, &par, b, r);
+        self.found.push(Found {
+            par,
+            batch: b,
+            recompute: r,
+            headroom,
+            step,
+        });
+    }
+
+    /// The full estimate of a found layout, through the scenario parser (so every
+    /// constraint is checked again) — or nothing if it no longer fits.
+    fn candidate(&self, f: &Found) -> Option<Candidate> {
+        let par = &f.par;
+        let mut v = self.req.source.clone();
+        let offload = match (par.offload_optimizer, par.offload_params) {
+            (_, true) => "optimizer+params",
+            (true, false) => "optimizer",
+            _ => "none",
+        };
+        let recompute = match f.recompute {
+            Recompute::None => "none",
+            Recompute::Selective => "selective",
+            Recompute::Full => "full",
+        };
+        let v_stages = match par.schedule {
+            Schedule::Interleaved(v) => v,
+            Schedule::OneFOneB => 1,
+        };
+        let mut p = json!({
+            "dp": par.dp, "tp": par.tp, "pp": par.pp, "cp": par.cp, "ep": par.ep,
+            "zero": par.zero, "grad_accum": par.grad_accum, "offload": offload,
+            "framework": match par.framework {
+                Framework::Fsdp => "fsdp",
+                Framework::DeepSpeed => "deepspeed",
+                Framework::Megatron => "megatron",
+            },
+            "sp": par.sp, "capacity_factor": par.capacity_factor,
+        });
+        if v_stages > 1 {
+            p["schedule"] = json!("interleaved");
+            p["virtual_stages"] = json!(v_stages);
+        }
+        v["parallel"] = p;
+        v["batch"] = json!(f.batch);
+        v["recompute"] = json!(recompute);
+        let mut sc = self.s.clone();
+        sc.parallel = *par;
+        sc.batch = f.batch;
+        sc.recompute = f.recompute;
+        sc.check().ok()?;
+        let e = estimate(&sc).ok()?;
+        if !e.fits {
+            return None;
+        }
+        let (bubble, traffic, step, exposed) = cost(
+            self.s,
+            self.a,
+            &self.spec,
+            self.req,
+            par,
+            f.batch,
+            f.recompute,
+        );
+        Some(Candidate {
+            layout: Layout {
+                gpus: par.gpus(),
+                dp: par.dp,
+                tp: par.tp,
+                pp: par.pp,
+                cp: par.cp,
+                ep: par.ep,
+                zero: par.zero,
+                virtual_stages: v_stages,
+                micro_batch: f.batch,
+                grad_accum: par.grad_accum,
+                recompute: recompute.into(),
+                offload: offload.into(),
+            },
+            peak_bytes: e.peak_bytes,
+            device_bytes: e.device_bytes,
+            headroom_bytes: e.headroom_bytes,
+            bubble,
+            traffic_bytes: traffic,
+            compute_seconds: step - exposed,
+            exposed_comm_seconds: exposed,
+            step_seconds: step,
+            scenario: v,
+        })
+    }
+}
+
+/// (bubble, traffic, step seconds, exposed communication seconds) of a layout.
+fn cost(
+    s: &Scenario,
+    a: &Architecture,
+    spec: &gpu::Gpu,
+    req: &Request,
+    par: &Parallel,
+    b: u64,
+    r: Recompute,
+) -> (f64, Traffic, f64, f64) {
+    let pc = a.params();
+    let g = par.gpus() as f64;
+    let tokens = (req.global_batch * s.seq) as f64;
+    let l = a.layers as f64;
+    let flops =
+        6.0 * pc.active as f64 * tokens + 6.0 * l * s.seq as f64 * a.q_dim() as f64 * tokens;
+    let recompute = if r == Recompute::Full { 4.0 / 3.0 } else { 1.0 };
+    let compute = flops / g / (spec.tflops * 1e12 * MFU) * recompute;
+    let v = match par.schedule {
+        Schedule::Interleaved(v) => v as f64,
+        Schedule::OneFOneB => 1.0,
+    };
+    let m = par.grad_accum as f64;
+    let (t, p, c, ep, dp) = (
+        par.tp as f64,
+        par.pp as f64,
+        par.cp as f64,
+        par.ep as f64,
+        par.dp as f64,
+    );
+    let bubble = (p - 1.0) / (v * m);
+    let act = s.precision.compute().bytes();
+    let h = a.hidden as f64;
+    let sb = s.seq as f64 / c * b as f64;
+    let ls = l / p;
+    let ring = |n: f64| if n > 1.0 { (n - 1.0) / n } else { 0.0 };
+    let mut tr = Traffic::default();
+    let passes = if r == Recompute::Full { 6.0 } else { 4.0 };
+    tr.tp = ls * m * passes * 2.0 * ring(t) * sb * h * act;
+    let kv = sb * (a.kv_elems_per_token_layer() as f64) / t * act;
+    tr.cp = ls * m * 3.0 * (c - 1.0) * kv;
+    if let Some(moe) = &a.moe {
+        let moe_layers = (a.layers - moe.first_dense_layers) as f64 / p;
+        tr.ep = moe_layers
+            * m
+            * 4.0
+            * (sb * moe.top_k as f64 * par.capacity_factor * h * act / t)
+            * ring(ep);
+    }
+    if par.pp > 1 {
+        let sp = if par.sp && par.tp > 1 { t } else { 1.0 };
+        tr.pp = m * v * 2.0 * sb * h * act / sp;
+    }
+    // Data parallel: dense states over dp·cp·ep replicas, experts over dp·cp.
+    let routed = pc.routed_experts as f64;
+    let dense_gpu = (pc.total as f64 - routed) / (t * p);
+    let expert_gpu = routed / (ep * t * p);
+    let (wb, gb) = (s.precision.weights.bytes(), s.precision.reduce.bytes());
+    let dp_bytes = |psi: f64, n: f64| -> f64 {
+        let k = ring(n);
+        match par.zero {
+            0 => 2.0 * k * psi * gb,
+            1 | 2 => k * psi * (gb + wb),
+            _ => k * psi * (gb + 2.0 * wb) * m,
+        }
+    };
+    tr.dp = dp_bytes(dense_gpu, dp * c * ep) + dp_bytes(expert_gpu, dp * c);
+    let mut offload_s = 0.0;
+    if par.offload_optimizer {
+        let shard = (dense_gpu + expert_gpu) / (dp * c).max(1.0);
+        tr.offload = shard * (gb + wb);
+        if par.offload_params {
+            tr.offload += shard * wb * 2.0 * m;
+        }
+        offload_s = tr.offload / (PCIE_GBPS * 1e9) + shard / CPU_ADAM_PARAMS_PER_S;
+    }
+    // Which link each group uses (mesh order tp, cp, ep, dp, pp, innermost first).
+    let node = req.gpus_per_node as f64;
+    let bw = |span: f64| {
+        1e9 * if span <= node {
+            spec.intra_gbps
+        } else {
+            spec.inter_gbps
+        }
+    };
+    let exposed = tr.tp / bw(t)
+        + tr.cp / bw(t * c)
+        + tr.ep / bw(t * c * ep)
+        + tr.pp / bw(t * c * ep * dp * p)
+        + (tr.dp / bw(t * c * ep * dp) - compute * 2.0 / 3.0).max(0.0)
+        + offload_s;
+    let step = compute * (1.0 + bubble) + exposed;
+    (bubble, tr, step, exposed)
+}

@@ -1,0 +1,254 @@
+//! Model-parallel layouts (tensor + sequence, pipeline, context, expert) and the planner:
+//! published figures, schedule arithmetic and invariants.
+
+use gpumem::plan::{plan, Request};
+use gpumem::{estimate, Estimate, Scenario};
+use proptest::prelude::*;
+use serde_json::{json, Value};
+
+fn est(v: Value) -> Estimate {
+    estimate(&Scenario::from_value(&v).unwrap_or_else(|e| panic!("{v}: {e}"))).unwrap()
+}
+
+/// GPT-3 175B as Korthikanti et al. 2022 train it (Table 3): 96 layers, h = 12288, 96 heads,
+/// s = 2048, with dropout, LayerNorm and a GeLU MLP (the GPT-2 family).
+fn gpt3_175b() -> Value {
+    json!({"family": "gpt2", "hidden": 12288, "layers": 96, "heads": 96, "vocab": 51200,
+           "n_positions": 2048, "intermediate": 49152})
+}
+
+fn close(got: f64, want: f64, tol: f64) -> bool {
+    (got - want).abs() <= tol * want
+}
+
+/// Korthikanti et al. 2022, §4.2.3: with 1F1B the first pipeline stage holds p micro-batches
+/// of its L/p layers — the activations of L layers of one micro-batch, `34·s·b·h·L/t` with
+/// sequence parallelism and selective recomputation; the interleaved schedule multiplies
+/// this by `1 + (p − 1)/(p·v)`.
+#[test]
+fn first_stage_activations_follow_the_paper() {
+    let (s, b, h, l, t) = (2048.0, 1.0, 12288.0, 96.0, 8.0);
+    let per_layer = 34.0 * s * b * h / t;
+    for (p, v) in [(8u64, 1u64), (8, 2), (4, 3), (12, 2)] {
+        let mut par =
+            json!({"tp": 8, "pp": p, "grad_accum": 2 * p * v, "sp": true, "framework": "megatron"});
+        if v > 1 {
+            par["schedule"] = json!("interleaved");
+            par["virtual_stages"] = json!(v);
+        }
+        let e = est(
+            json!({"model": gpt3_175b(), "precision": "mixed-bf16", "seq": 2048, "batch": 1,
+                           "recompute": "selective", "attention": "eager", "parallel": par}),
+        );
+        let stage0 = &e.stages[0];
+        let factor = if v > 1 {
+            1.0 + (p as f64 - 1.0) / (p as f64 * v as f64)
+        } else {
+            1.0
+        };
+        let want = l * per_layer * factor;
+        let got = stage0.components["activations"] as f64;
+        assert!(close(got, want, 1e-9), "p={p} v={v}: {got} vs {want}");
+        assert_eq!(stage0.micro_batches_in_flight, p as f64 * factor);
+        // 1F1B: stage r holds min(p − r, m) micro-batches.
+        if v == 1 {
+            for (r, st) in e.stages.iter().enumerate() {
+                assert_eq!(st.micro_batches_in_flight, (p - r as u64) as f64);
+            }
+        }
+    }
+    // Fewer micro-batches than stages: the first stage holds all of them.
+    let e = est(
+        json!({"model": gpt3_175b(), "precision": "mixed-bf16", "seq": 2048,
+                       "recompute": "selective", "attention": "eager",
+                       "parallel": {"tp": 8, "pp": 8, "grad_accum": 3, "framework": "megatron"}}),
+    );
+    assert_eq!(e.stages[0].micro_batches_in_flight, 3.0);
+}
+
+/// Without sequence parallelism the layer-norm and dropout tensors stay whole on every
+/// tensor-parallel rank: `sbh(10 + 24/t + 5as/(ht))` per layer (Korthikanti et al., eq. 2).
+#[test]
+fn tensor_parallel_without_sequence_parallelism() {
+    let (s, h, a, t) = (2048.0, 12288.0, 96.0, 8.0);
+    let e = est(
+        json!({"model": gpt3_175b(), "precision": "mixed-bf16", "seq": 2048, "attention": "eager",
+                       "parallel": {"tp": 8, "pp": 96, "grad_accum": 1, "sp": false, "framework": "megatron"}}),
+    );
+    // One layer per stage, one micro-batch in flight on the middle stages.
+    let mid = &e.stages[40];
+    let want = s * h * (10.0 + 24.0 / t + 5.0 * a * s / (h * t));
+    assert!(close(mid.components["activations"] as f64, want, 1e-9));
+}
+
+/// Summed over every rank of a tensor × pipeline (× expert) group, the weights are the
+/// model's parameters: each split once, norms (and the router) once per tensor rank.
+#[test]
+fn weights_summed_over_ranks_are_the_model() {
+    // Llama 3.1 8B: vocab 128,256 splits evenly over 8; nothing is replicated but norms.
+    let e = est(
+        json!({"model": "llama3.1-8b", "precision": "bf16", "seq": 1024,
+                       "parallel": {"tp": 4, "pp": 4, "grad_accum": 4}}),
+    );
+    let summed: u64 = e
+        .stages
+        .iter()
+        .map(|s| s.components["weights"])
+        .sum::<u64>()
+        * 4;
+    let params = e.params as f64 * 2.0;
+    let norms = (32.0 * 2.0 * 4096.0 + 4096.0) * 2.0 * 3.0; // replicated on 3 more ranks
+    assert!(
+        close(summed as f64, params + norms, 1e-6),
+        "{summed} vs {params}"
+    );
+    // Mixtral 8x7B over ep = 8: each GPU keeps one expert per layer.
+    let dense = est(
+        json!({"model": "mixtral-8x7b", "precision": "bf16", "seq": 1024,
+                           "parallel": {"ep": 1, "pp": 2, "grad_accum": 2}}),
+    );
+    let ep = est(
+        json!({"model": "mixtral-8x7b", "precision": "bf16", "seq": 1024,
+                        "parallel": {"ep": 8, "pp": 2, "grad_accum": 2}}),
+    );
+    let one_expert = 14336.0 * 4096.0 * 3.0 * 16.0 * 2.0; // per stage of 16 layers, bf16
+    let drop = dense.stages[0].components["weights"] - ep.stages[0].components["weights"];
+    assert!(close(drop as f64, 7.0 * one_expert, 1e-9), "{drop}");
+}
+
+/// The logits live on the last stage, the embedding on the first; the worst stage is the
+/// one reported.
+#[test]
+fn stages_place_embedding_and_logits() {
+    let e = est(
+        json!({"model": "llama3.1-8b", "precision": "mixed-bf16", "seq": 4096,
+                       "parallel": {"tp": 2, "pp": 4, "grad_accum": 8}}),
+    );
+    assert_eq!(e.stages.len(), 4);
+    for st in &e.stages[..3] {
+        assert!(!st.components.contains_key("logits"));
+    }
+    let last = &e.stages[3];
+    assert!(last.components["logits"] > 0);
+    // Vocab-parallel: 16-bit logits + fp32 softmax of s × V/t per micro-batch, and more.
+    assert!(last.components["logits"] as f64 >= 4096.0 * 128256.0 / 2.0 * 6.0);
+    assert!(e.stages[0].components["weights"] > e.stages[1].components["weights"]);
+    let worst = e.stages.iter().map(|s| s.peak_bytes).max().unwrap();
+    assert_eq!(e.peak_bytes, worst);
+    // Context parallelism halves a GPU's sequence: activations shrink.
+    let cp = est(
+        json!({"model": "llama3.1-8b", "precision": "mixed-bf16", "seq": 4096,
+                        "parallel": {"tp": 2, "pp": 4, "cp": 2, "grad_accum": 8}}),
+    );
+    assert!(cp.stages[0].components["activations"] < e.stages[0].components["activations"]);
+    assert!(cp.stages[0].components["temporaries"] > e.stages[0].components["temporaries"]);
+}
+
+/// The Ultra-Scale Playbook (Tazi et al., Hugging Face 2025), "Memory usage in
+/// Transformers": model states per parameter are 16 bytes in mixed precision (2 weights,
+/// 2 gradients, 4 fp32 master, 8 Adam) and 20 with fp32 gradient accumulation on top —
+/// its table lists 1B: 16 / 20 GB, 7B: 112 / 140 GB, 70B: 1120 / 1400 GB,
+/// 405B: 6480 / 8100 GB. DeepSpeed keeps both 16-bit and fp32 gradients.
+#[test]
+fn ultrascale_playbook_model_states() {
+    for (b, bf16, fp32acc) in [
+        (1u64, 16e9, 20e9),
+        (7, 112e9, 140e9),
+        (70, 1120e9, 1400e9),
+        (405, 6480e9, 8100e9),
+    ] {
+        let s = |fw: &str| {
+            json!({"model": {"params": b * 1_000_000_000}, "precision": "mixed-bf16", "optimizer": "adam",
+                   "parallel": {"framework": fw}})
+        };
+        assert_eq!(est(s("fsdp")).model_states_bytes as f64, bf16, "{b}B");
+        assert_eq!(
+            est(s("deepspeed")).model_states_bytes as f64,
+            fp32acc,
+            "{b}B"
+        );
+    }
+}
+
+/// The planner's sweep and the estimate agree, and it answers the README's questions.
+#[test]
+fn planner_finds_layouts_that_estimate_confirms() {
+    let req = Request::from_value(&json!({
+        "model": "llama3.1-70b", "precision": "mixed-bf16", "seq": 8192,
+        "global_batch": 128, "gpus": "8..64:8", "offload": false, "top": 5
+    }))
+    .unwrap();
+    let p = plan(&req);
+    assert!(p.fitting > 0 && p.considered > p.fitting);
+    let fewest = p.fewest_gpus.expect("70B fits on 64 H100s");
+    assert!(
+        fewest > 8,
+        "70B at 8k needs more than one node's memory: {fewest}"
+    );
+    for c in &p.best {
+        let e = est(c.scenario.clone());
+        assert!(e.fits);
+        assert_eq!(e.device_bytes, c.device_bytes);
+        assert_eq!(
+            c.layout.gpus,
+            c.layout.dp * c.layout.tp * c.layout.pp * c.layout.cp * c.layout.ep
+        );
+        assert_eq!(c.layout.offload, "none");
+    }
+    for w in p.best.windows(2) {
+        assert!(w[0].step_seconds <= w[1].step_seconds);
+    }
+    // The count before the fewest has nothing that fits.
+    let below = p.counts.iter().find(|c| c.gpus == fewest - 8);
+    assert!(below.is_none_or(|c| c.best.is_none()));
+}
+
+#[test]
+fn planner_requests_name_their_errors() {
+    let bad = |v: Value, want: &str| {
+        let e = Request::from_value(&v).unwrap_err().to_string();
+        assert!(e.contains(want), "{v}: {e}");
+    };
+    bad(json!({"model": "llama3.1-8b"}), "gpus");
+    bad(json!({"model": "llama3.1-8b", "gpus": "16..8"}), "empty");
+    bad(json!({"model": "llama3.1-8b", "gpus": [8, 0]}), "gpus[1]");
+    bad(
+        json!({"model": {"params": 1000}, "gpus": 8}),
+        "architecture",
+    );
+    bad(
+        json!({"model": "llama3.1-8b", "gpus": 8, "global_batch": 0}),
+        "global_batch",
+    );
+    bad(
+        json!({"model": "llama3.1-8b", "gpus": "1..1000000:1"}),
+        "4,096",
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Splitting the model over more tensor, pipeline or expert ranks never raises a GPU's
+    /// model states; the worst stage is the reported one.
+    #[test]
+    fn model_parallel_sharding_never_grows_states(
+        model in prop::sample::select(vec!["llama3.2-1b", "llama3.1-8b", "mixtral-8x7b"]),
+        tp_log in 0u32..3, pp_log in 0u32..3, zero in 0u64..4, fw in prop::sample::select(vec!["fsdp", "megatron", "deepspeed"]),
+    ) {
+        let (tp, pp) = (1u64 << tp_log, 1u64 << pp_log);
+        let moe = model == "mixtral-8x7b";
+        let s = |tp: u64, pp: u64, ep: u64| json!({"model": model, "precision": "mixed-bf16", "seq": 1024,
+            "parallel": {"dp": 2, "tp": tp, "pp": pp, "ep": ep, "zero": zero, "grad_accum": 8, "framework": fw}});
+        let e = est(s(tp, pp, 1));
+        let wider_tp = est(s(tp * 2, pp, 1));
+        prop_assert!(wider_tp.model_states_bytes <= e.model_states_bytes);
+        let deeper = est(s(tp, pp * 2, 1));
+        prop_assert!(deeper.model_states_bytes <= e.model_states_bytes);
+        if moe {
+            let ep = est(s(tp, pp, 2));
+            prop_assert!(ep.model_states_bytes <= e.model_states_bytes);
+        }
+        prop_assert!(e.stages.iter().all(|st| st.peak_bytes <= e.peak_bytes));
+    }
+}
