@@ -409,7 +409,8 @@ impl DpStates {
         }
         let (largest, unit) = (g.largest, g.unit);
         let wb = s.precision.weights.bytes();
-        let gb = s.precision.grads.bytes();
+        // Gradient buffers are reduced in the reduce dtype (FSDP `reduce_dtype`).
+        let gb = s.precision.reduce.bytes();
         match par.framework {
             Framework::DeepSpeed => {
                 // DeepSpeed's accounting (stage_1_and_2.py / stage3.py and its
