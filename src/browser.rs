@@ -179,6 +179,17 @@ impl Chrome {
         Ok(())
     }
 
+    /// The element's role and accessible name as the browser's accessibility tree computes
+    /// them (WebDriver "Get Computed Role" / "Get Computed Label").
+    pub fn accessibility(&self, element: &str) -> Result<(String, String)> {
+        let role = self.call("GET", &format!("/element/{element}/computedrole"), None)?;
+        let label = self.call("GET", &format!("/element/{element}/computedlabel"), None)?;
+        Ok((
+            role.as_str().unwrap_or_default().to_string(),
+            label.as_str().unwrap_or_default().to_string(),
+        ))
+    }
+
     pub fn click(&self, element: &str) -> Result<()> {
         self.call("POST", &format!("/element/{element}/click"), None)?;
         Ok(())

@@ -356,3 +356,159 @@ fn outside_scripts_drive_the_page_and_hostile_knobs_are_refused_under_any_base_p
     );
     let _ = std::fs::remove_dir_all(&parent);
 }
+
+/// The engine's figure for the budget page's scenario with some knobs changed.
+fn budget_with(changes: &[(&str, &str)]) -> gpumem::Estimate {
+    let mut k = vec![
+        ("model", "llama3.1-8b"),
+        ("batch", "1"),
+        ("seq", "2k"),
+        ("precision", "bf16"),
+    ];
+    for (key, v) in changes {
+        k.retain(|(a, _)| a != key);
+        k.push((key, v));
+    }
+    gpumem::knobs::scenario(k)
+        .and_then(|s| gpumem::estimate(&s))
+        .unwrap()
+}
+
+#[test]
+fn widgets_share_one_state_that_the_url_carries() {
+    let page = format!("{}/budget.html", served());
+    let c = Chrome::start().unwrap_or_else(|e| panic!("{e}"));
+    // A permalink: its knobs override the page's.
+    c.goto(&format!(
+        "{page}?batch=4&seq=4k#why-the-peak-is-not-the-sum"
+    ))
+    .unwrap();
+    wait_live(&c);
+    c.wait_for(
+        "return document.querySelectorAll('.gm[data-live], .gm-value[data-live]').length >= 9",
+        Duration::from_secs(20),
+    )
+    .unwrap();
+    let e4 = budget_with(&[("batch", "4"), ("seq", "4k")]);
+    let sub = c
+        .eval(
+            "return document.querySelector('[data-widget=allocator] .gm-sub').textContent",
+            json!([]),
+        )
+        .unwrap();
+    assert!(sub.as_str().unwrap().contains("b=4 · s=4K"), "{sub}");
+    c.wait_for(
+        &format!(
+            "return document.querySelector('[data-widget=value][data-quantity=activations]').textContent === '{}'",
+            gib(e4.components["activations"] as f64)
+        ),
+        Duration::from_secs(5),
+    )
+    .unwrap();
+
+    // One slider moves every widget on the page, and the URL follows.
+    let slider = c.find("[data-widget=allocator] input[id$=-batch]").unwrap();
+    c.send_keys(&slider, "\u{E014}").unwrap();
+    let e5 = budget_with(&[("batch", "5"), ("seq", "4k")]);
+    c.wait_for(
+        &format!(
+            "return document.querySelector('[data-widget=value][data-quantity=activations]').textContent === '{}'",
+            gib(e5.components["activations"] as f64)
+        ),
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    let state = c
+        .eval(
+            "return [location.search, location.hash, \
+             document.querySelector('[data-widget=timeline] [data-value=peak]').textContent, \
+             document.querySelector('[data-widget=breakdown] .gm-sub').textContent, \
+             document.querySelector('[data-widget=formula] [data-value=substitution]').textContent]",
+            json!([]),
+        )
+        .unwrap();
+    assert!(state[0].as_str().unwrap().contains("batch=5"), "{state}");
+    assert_eq!(
+        state[1], "#why-the-peak-is-not-the-sum",
+        "the anchor is kept"
+    );
+    assert!(
+        state[2]
+            .as_str()
+            .unwrap()
+            .contains(&format!("Peak {}", gib(e5.peak_bytes as f64))),
+        "{state}"
+    );
+    assert!(state[3].as_str().unwrap().contains("b=5"), "{state}");
+    // A reload keeps the state.
+    let href = c.eval("return location.href", json!([])).unwrap();
+    c.goto(href.as_str().unwrap()).unwrap();
+    wait_live(&c);
+    c.wait_for(
+        &format!(
+            "return document.querySelector('[data-widget=value][data-quantity=activations]').textContent === '{}'",
+            gib(e5.components["activations"] as f64)
+        ),
+        Duration::from_secs(5),
+    )
+    .unwrap();
+
+    // The accessibility tree, as the browser computes it.
+    for (css, role) in [
+        ("[data-widget=breakdown] svg.gm-chart", "image"),
+        ("[data-widget=timeline]", "figure"),
+        ("[data-widget=sweep] .gm-tools", "toolbar"),
+        ("[data-widget=allocator] input[id$=-seq]", "slider"),
+        ("[data-widget=allocator] [role=radio]", "radio"),
+        ("[data-widget=sweep] .gm-tools button", "button"),
+    ] {
+        let el = c.find(css).unwrap();
+        let (got, label) = c.accessibility(&el).unwrap();
+        assert!(
+            got == role || (role == "image" && got == "img"),
+            "{css}: role {got}, want {role}"
+        );
+        assert!(!label.trim().is_empty(), "{css} has no accessible name");
+    }
+    let (_, chart_label) = c
+        .accessibility(&c.find("[data-widget=breakdown] svg.gm-chart").unwrap())
+        .unwrap();
+    assert!(
+        chart_label.contains("Per-GPU memory at the peak"),
+        "{chart_label}"
+    );
+
+    // Export: the chart as SVG, its colours inlined.
+    let button = c
+        .find("[data-widget=breakdown] .gm-tools button:nth-of-type(2)")
+        .unwrap();
+    c.click(&button).unwrap();
+    c.wait_for(
+        "return document.querySelector('[data-widget=breakdown] .gm-status').textContent.startsWith('Saved')",
+        Duration::from_secs(5),
+    )
+    .unwrap();
+
+    // A hostile permalink: refused with a visible notice, the page's own state kept, nothing
+    // injected.
+    c.goto(&format!(
+        "{page}?model=%3Cimg%20src%3Dx%20onerror%3D%22window.pwned%3D1%22%3E&batch=2"
+    ))
+    .unwrap();
+    wait_live(&c);
+    let got = c
+        .eval(
+            "return [document.querySelector('.gm-notice[role=alert]')?.textContent, \
+             document.querySelector('[data-widget=allocator] .gm-sub').textContent, \
+             window.pwned === undefined, document.querySelectorAll('img[src=x]').length]",
+            json!([]),
+        )
+        .unwrap();
+    assert!(
+        got[0].as_str().unwrap_or("").contains("not applied"),
+        "{got}"
+    );
+    assert!(got[1].as_str().unwrap().contains("b=1 · s=2K"), "{got}");
+    assert_eq!(got[2], true);
+    assert_eq!(got[3], 0);
+}

@@ -12,9 +12,17 @@ use serde::{Deserialize, Serialize};
 use yew::Properties;
 
 pub mod allocator;
+pub mod breakdown;
+pub mod chart;
 pub mod controls;
+pub mod export;
 pub mod format;
+pub mod formula;
+pub mod quantity;
 pub mod store;
+pub mod sweep;
+pub mod timeline;
+pub mod value;
 
 /// The scenario's knobs (`gpumem::knobs` vocabulary): `model=llama3.1-8b`, `batch=4`, …
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -82,7 +90,17 @@ impl Init {
 }
 
 /// The widgets that render today.
-pub const RENDERED: &[&str] = &["allocator"];
+pub const RENDERED: &[&str] = &[
+    "allocator",
+    "breakdown",
+    "timeline",
+    "sweep",
+    "value",
+    "formula",
+];
+
+/// Widgets that sit inside a sentence (their host is a `span`).
+pub const INLINE: &[&str] = &["value"];
 
 /// The attribute of a host element that carries its [`Init`] as JSON.
 pub const HOST_ATTR: &str = "data-gpumem";
@@ -90,10 +108,20 @@ pub const HOST_ATTR: &str = "data-gpumem";
 /// Render a widget to HTML (the book build). The HTML hydrates in the browser.
 #[cfg(not(target_arch = "wasm32"))]
 pub fn render(init: &Init) -> Result<String, String> {
+    fn ssr<C: yew::BaseComponent<Properties = Init>>(init: &Init) -> String {
+        futures::executor::block_on(
+            yew::LocalServerRenderer::<C>::with_props(init.clone())
+                .hydratable(true)
+                .render(),
+        )
+    }
     let html = match init.widget.as_str() {
-        "allocator" => futures::executor::block_on(
-            yew::LocalServerRenderer::<allocator::Allocator>::with_props(init.clone()).render(),
-        ),
+        "allocator" => ssr::<allocator::Allocator>(init),
+        "breakdown" => ssr::<breakdown::Breakdown>(init),
+        "timeline" => ssr::<timeline::Timeline>(init),
+        "sweep" => ssr::<sweep::Sweep>(init),
+        "value" => ssr::<value::Value>(init),
+        "formula" => ssr::<formula::Formula>(init),
         other => {
             return Err(format!(
                 "the {other} widget is not built yet (built: {})",
@@ -110,8 +138,13 @@ pub fn render(init: &Init) -> Result<String, String> {
 pub fn host_html(init: &Init) -> Result<String, String> {
     let inner = render(init)?;
     let json = serde_json::to_string(init).map_err(|e| e.to_string())?;
+    let tag = if INLINE.contains(&init.widget.as_str()) {
+        "span"
+    } else {
+        "div"
+    };
     Ok(format!(
-        "<div class=\"gm-host\" {HOST_ATTR}=\"{}\">{}</div>",
+        "<{tag} class=\"gm-host\" {HOST_ATTR}=\"{}\">{}</{tag}>",
         format::escape_attr(&json),
         inner
     ))
@@ -128,6 +161,16 @@ pub fn start() {
         return;
     };
     store::page_events::listen();
+    // The page's defaults are the first page-scoped widget's knobs; the URL may override them.
+    let defaults = (0..hosts.length())
+        .filter_map(|i| hosts.item(i))
+        .filter_map(|n| wasm_bindgen::JsCast::dyn_into::<web_sys::Element>(n).ok())
+        .filter_map(|el| el.get_attribute(HOST_ATTR))
+        .filter_map(|j| serde_json::from_str::<Init>(&j).ok())
+        .find(|i| !i.local);
+    if let Some(d) = defaults {
+        store::url::read(&d.knobs);
+    }
     for i in 0..hosts.length() {
         let Some(el) = hosts
             .item(i)
@@ -141,10 +184,16 @@ pub fn start() {
         else {
             continue;
         };
+        fn hydrate<C: yew::BaseComponent<Properties = Init>>(el: web_sys::Element, init: Init) {
+            yew::Renderer::<C>::with_root_and_props(el, init).hydrate();
+        }
         match init.widget.as_str() {
-            "allocator" => {
-                yew::Renderer::<allocator::Allocator>::with_root_and_props(el, init).hydrate();
-            }
+            "allocator" => hydrate::<allocator::Allocator>(el, init),
+            "breakdown" => hydrate::<breakdown::Breakdown>(el, init),
+            "timeline" => hydrate::<timeline::Timeline>(el, init),
+            "sweep" => hydrate::<sweep::Sweep>(el, init),
+            "value" => hydrate::<value::Value>(el, init),
+            "formula" => hydrate::<formula::Formula>(el, init),
             _ => continue,
         }
     }

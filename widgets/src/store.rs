@@ -52,7 +52,155 @@ pub fn publish(knobs: Knobs) {
         c.emit(knobs.clone());
     }
     #[cfg(target_arch = "wasm32")]
-    page_events::changed(&knobs);
+    {
+        page_events::changed(&knobs);
+        url::write(&knobs);
+    }
+}
+
+/// Set the page's knobs before any widget joins (from the URL).
+pub fn seed(knobs: Knobs) {
+    STORE.with(|s| s.borrow_mut().knobs = Some(knobs));
+}
+
+/// The query string that carries knobs: `?model=llama3.1-8b&batch=4`, in the engine's knob
+/// order, values percent-encoded. Unknown parameters are not ours and are left alone.
+pub fn to_query(k: &Knobs) -> String {
+    let mut parts = Vec::new();
+    for key in gpumem::knobs::KNOBS {
+        if let Some(v) = k.get(key) {
+            parts.push(format!("{key}={}", percent(v)));
+        }
+    }
+    parts.join("&")
+}
+
+fn percent(v: &str) -> String {
+    let mut out = String::new();
+    for b in v.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b'+' => {
+                out.push(b as char)
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+fn unpercent(v: &str) -> Option<String> {
+    let b = v.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let h = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(h, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// The page's knobs with a query string's knobs applied, if the query carries any: the
+/// engine checks the result, and an invalid one is an error naming what is wrong.
+pub fn from_query(defaults: &Knobs, query: &str) -> Option<Result<Knobs, String>> {
+    let mut k = defaults.clone();
+    let mut any = false;
+    for pair in query.trim_start_matches('?').split('&') {
+        let (key, v) = pair.split_once('=').unwrap_or((pair, ""));
+        if !gpumem::knobs::KNOBS.contains(&key) {
+            continue;
+        }
+        any = true;
+        let Some(v) = unpercent(v) else {
+            return Some(Err(format!("{key}: not a valid encoded value")));
+        };
+        if v.len() > 200 {
+            return Some(Err(format!("{key}: value too long")));
+        }
+        k = k.with(key, v);
+    }
+    if !any {
+        return None;
+    }
+    Some(match k.scenario() {
+        Ok(_) => Ok(k),
+        Err(e) => Err(e.to_string()),
+    })
+}
+
+/// The page's state in its URL: written on every change (history.replaceState, so the back
+/// button is not flooded), read once when the page starts.
+#[cfg(target_arch = "wasm32")]
+pub mod url {
+    use crate::Knobs;
+
+    pub fn write(k: &Knobs) {
+        let Some(w) = web_sys::window() else {
+            return;
+        };
+        let loc = w.location();
+        let path = loc.pathname().unwrap_or_default();
+        let hash = loc.hash().unwrap_or_default();
+        // Keep parameters that are not knobs (mdBook's `search`, `highlight`, …).
+        let search = loc.search().unwrap_or_default();
+        let mut others: Vec<&str> = search
+            .trim_start_matches('?')
+            .split('&')
+            .filter(|p| {
+                let key = p.split('=').next().unwrap_or("");
+                !p.is_empty() && !gpumem::knobs::KNOBS.contains(&key)
+            })
+            .collect();
+        let ours = super::to_query(k);
+        if !ours.is_empty() {
+            others.push(&ours);
+        }
+        let q = others.join("&");
+        let url = if q.is_empty() {
+            format!("{path}{hash}")
+        } else {
+            format!("{path}?{q}{hash}")
+        };
+        if let Ok(h) = w.history() {
+            let _ = h.replace_state_with_url(&wasm_bindgen::JsValue::NULL, "", Some(&url));
+        }
+    }
+
+    /// Apply the URL's knobs over the page's defaults; a refused URL leaves the defaults and
+    /// says so on the page (as text: nothing from the URL becomes markup).
+    pub fn read(defaults: &Knobs) {
+        let Some(w) = web_sys::window() else {
+            return;
+        };
+        let search = w.location().search().unwrap_or_default();
+        match super::from_query(defaults, &search) {
+            None => {}
+            Some(Ok(k)) => super::seed(k),
+            Some(Err(msg)) => notice(&format!(
+                "This link's widget settings were not applied ({msg}); the page shows its own."
+            )),
+        }
+    }
+
+    pub fn notice(msg: &str) {
+        let Some(doc) = web_sys::window().and_then(|w| w.document()) else {
+            return;
+        };
+        let Ok(el) = doc.create_element("div") else {
+            return;
+        };
+        el.set_class_name("gm-notice");
+        let _ = el.set_attribute("role", "alert");
+        el.set_text_content(Some(msg));
+        if let Some(main) = doc.query_selector("main").ok().flatten() {
+            let _ = main.prepend_with_node_1(&el);
+        }
+    }
 }
 
 /// The page's knobs as DOM events, for readers' own scripts: every change is announced as
@@ -132,6 +280,30 @@ pub fn current() -> Option<Knobs> {
 mod tests {
     use super::*;
     use std::rc::Rc;
+
+    #[test]
+    fn the_query_string_round_trips_and_refuses_hostile_state() {
+        let page = Knobs::default()
+            .with("model", "llama3.1-8b")
+            .with("batch", "1");
+        let k = page
+            .with("batch", "4")
+            .with("seq", "8k")
+            .with("precision", "mixed-bf16");
+        let q = to_query(&k);
+        assert_eq!(q, "model=llama3.1-8b&batch=4&seq=8k&precision=mixed-bf16");
+        assert_eq!(from_query(&page, &format!("?{q}")), Some(Ok(k)));
+        // Not ours: ignored.
+        assert_eq!(from_query(&page, "?search=zero&highlight=x"), None);
+        // Hostile or wrong: refused with the knob named, never applied.
+        let bad = from_query(&page, "?model=%3Cscript%3Ealert(1)%3C%2Fscript%3E").unwrap();
+        assert!(bad.unwrap_err().starts_with("model"));
+        assert!(from_query(&page, "?batch=0").unwrap().is_err());
+        assert!(from_query(&page, "?seq=%ZZ").unwrap().is_err());
+        assert!(from_query(&page, &format!("?gpu={}", "x".repeat(500)))
+            .unwrap()
+            .is_err());
+    }
 
     #[test]
     fn first_joiner_sets_the_page_and_publish_reaches_everyone() {

@@ -23,7 +23,14 @@ pub const KNOBS: &[&str] = &[
     "gpu",
     "capacity",
     "dp",
+    "tp",
+    "pp",
+    "cp",
+    "ep",
     "zero-stage",
+    "framework",
+    "offload",
+    "grad-accum",
 ];
 
 /// The model a scenario uses when no knob names one.
@@ -107,8 +114,14 @@ fn build<'a>(knobs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Valu
                     json!({ "capacity_bytes": (gib * 1073741824.0).round() }),
                 );
             }
-            "dp" => {
-                parallel.insert("dp".into(), count(k, v)?.into());
+            "dp" | "tp" | "pp" | "cp" | "ep" => {
+                parallel.insert(k.into(), count(k, v)?.into());
+            }
+            "grad-accum" => {
+                parallel.insert("grad_accum".into(), count(k, v)?.into());
+            }
+            "framework" | "offload" => {
+                parallel.insert(k.into(), Value::String(v.into()));
             }
             "zero-stage" => {
                 parallel.insert("zero".into(), count(k, v)?.into());
@@ -134,8 +147,13 @@ fn knob_of(field: &str) -> String {
     let head = field.split('.').next().unwrap_or("");
     match head {
         "new_tokens" => "new-tokens".into(),
-        "parallel" if field.ends_with("zero") => "zero-stage".into(),
-        "parallel" => "dp".into(),
+        "parallel" => match field.rsplit('.').next().unwrap_or("") {
+            "zero" => "zero-stage".into(),
+            "grad_accum" => "grad-accum".into(),
+            k @ ("tp" | "pp" | "cp" | "ep" | "framework" | "offload") => k.into(),
+            "virtual_stages" => "pp".into(),
+            _ => "dp".into(),
+        },
         "gpu" if field.contains("capacity") => "capacity".into(),
         other => other.into(),
     }
@@ -174,5 +192,14 @@ mod tests {
         assert_eq!(e.field, "colour");
         let e = scenario_value([("batch", "0")]).unwrap_err();
         assert_eq!(e.field, "batch");
+        let e = scenario_value([("tp", "3")]).unwrap_err();
+        assert_eq!(e.field, "tp");
+        let e = scenario_value([("framework", "jax")]).unwrap_err();
+        assert_eq!(e.field, "framework");
+        let s = scenario([("tp", "8"), ("pp", "4"), ("grad-accum", "8")]).unwrap();
+        assert_eq!(
+            (s.parallel.tp, s.parallel.pp, s.parallel.grad_accum),
+            (8, 4, 8)
+        );
     }
 }

@@ -269,6 +269,14 @@ fn parse_body(body: &str, line: usize, span: Range<usize>) -> Result<Directive, 
             ),
         }));
     }
+    if widget == "formula" && !gpumem_widgets::quantity::FORMULAS.contains(&positional[0].as_str())
+    {
+        return Err(err(format!(
+            "formula: '{}' has no closed form (the engine replays the step op by op); formulas: {} — use `value` for the others",
+            shown(&positional[0]),
+            gpumem_widgets::quantity::FORMULAS.join(", ")
+        )));
+    }
     if want == 1 && !QUANTITIES.contains(&positional[0].as_str()) {
         return Err(err(format!(
             "{widget}: unknown quantity '{}' (one of: {})",

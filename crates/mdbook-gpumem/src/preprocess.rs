@@ -10,8 +10,7 @@ use mdbook_preprocessor::{Preprocessor, PreprocessorContext};
 
 use crate::{parse_chapter, Directive};
 
-/// Widgets that sit inside a sentence; every other widget is a block on a line of its own.
-const INLINE: &[&str] = &["value"];
+use gpumem_widgets::INLINE;
 
 /// Expand every directive of one chapter into its widget's HTML. `file` names the chapter in
 /// errors (`book/intro.md`); every problem is reported, each as `FILE:LINE: what is wrong`.
@@ -40,6 +39,14 @@ pub fn preprocess(file: &str, src: &str) -> std::result::Result<String, Vec<Stri
         }
     }
 
+    // Formulas are numbered in the order they appear on the page.
+    let mut formula_no: BTreeMap<usize, usize> = BTreeMap::new();
+    for (n, d) in directives.iter().enumerate() {
+        if d.widget == "formula" {
+            let next = formula_no.len() + 1;
+            formula_no.insert(n, next);
+        }
+    }
     let mut out = src.to_string();
     for (n, d) in directives.iter().enumerate().rev() {
         let inline = INLINE.contains(&d.widget.as_str());
@@ -63,11 +70,29 @@ pub fn preprocess(file: &str, src: &str) -> std::result::Result<String, Vec<Stri
                 .iter()
                 .filter(|(k, _)| !gpumem::knobs::KNOBS.contains(&k.as_str()) && k != "scope")
                 .cloned()
+                .chain(
+                    d.positional
+                        .first()
+                        .map(|q| ("quantity".to_string(), q.clone())),
+                )
                 .collect(),
             local: is_local(d),
         };
         match gpumem_widgets::host_html(&init) {
             Ok(html) if inline => out.replace_range(d.span.clone(), &html),
+            // The formula goes to KaTeX (which runs after this preprocessor), numbered; the
+            // widget below it substitutes the current numbers.
+            Ok(html) if d.widget == "formula" => {
+                let q = d.positional.first().map(String::as_str).unwrap_or("");
+                let tex = gpumem_widgets::quantity::tex(q).unwrap_or("");
+                out.replace_range(
+                    d.span.clone(),
+                    &format!(
+                        "\n\n$$\n{tex} \\tag{{{}}}\n$$\n\n{html}\n\n",
+                        formula_no[&n]
+                    ),
+                )
+            }
             // Blank lines around it: markdown keeps the widget as one raw HTML block.
             Ok(html) => out.replace_range(d.span.clone(), &format!("\n\n{html}\n\n")),
             Err(e) => errors.push(format!("{file}:{}: {e}", d.line)),

@@ -1,0 +1,150 @@
+//! Memory through one step: forward (activations pile up), backward (they are freed as
+//! gradients appear), optimizer step — and the peak, which is not the sum of the parts.
+
+use gpumem::Estimate;
+use yew::prelude::*;
+
+use crate::allocator::{use_knobs, use_live_marker};
+use crate::chart::{n, tick_label, ticks, Toolbar};
+use crate::format::{gib, tokens};
+use crate::Init;
+
+const W: f64 = 640.0;
+const H: f64 = 240.0;
+const L: f64 = 70.0;
+const R: f64 = 20.0;
+const TOP: f64 = 16.0;
+const BOTTOM: f64 = 200.0;
+
+/// The step's points, with the peak placed in the stretch it occurs in.
+pub fn points(e: &Estimate) -> Vec<(String, f64, bool)> {
+    let mut v: Vec<(String, f64, bool)> = e
+        .timeline
+        .iter()
+        .map(|p| (p.phase.clone(), p.bytes as f64, false))
+        .collect();
+    let ph = e.peak_phase.as_str();
+    let before = |name: &str| v.iter().position(|p| p.0.starts_with(name));
+    let at = if ph.contains("optimizer") {
+        before("end of step")
+    } else if ph.contains("backward") {
+        before("after backward").or_else(|| before("end of step"))
+    } else if ph.starts_with("decode") {
+        before("end of generation").map(|i| i + 1)
+    } else if ph.starts_with("prefill") {
+        before("after prefill")
+    } else {
+        before("forward: after the layers")
+            .or_else(|| before("after forward"))
+            .or_else(|| before("peak"))
+    };
+    let i = at.unwrap_or(v.len()).min(v.len());
+    // Model-parallel estimates already list their peak.
+    if let Some(p) = v.iter_mut().find(|p| p.0 == "peak") {
+        p.0 = e.peak_phase.clone();
+        p.2 = true;
+    } else {
+        v.insert(i, (e.peak_phase.clone(), e.peak_bytes as f64, true));
+    }
+    v
+}
+
+#[component]
+pub fn Timeline(init: &Init) -> Html {
+    let (k, _) = use_knobs(init);
+    let root = use_live_marker();
+    let uid = &init.uid;
+    let (title_id, summary_id) = (format!("{uid}-title"), format!("{uid}-summary"));
+    let e = match k.estimate() {
+        Ok(e) => e,
+        Err(err) => {
+            return html! {
+                <figure class="gm gm-timeline" data-widget="timeline" ref={root}>
+                    <p class="gm-error" role="alert">{ format!("Cannot estimate: {err}") }</p>
+                </figure>
+            }
+        }
+    };
+    let pts = points(&e);
+    let cap = e.capacity_bytes as f64;
+    let top = pts.iter().map(|p| p.1).fold(0.0, f64::max);
+    let tk = ticks(top.max(cap * 0.25));
+    let ymax = *tk.last().unwrap_or(&top);
+    let x = |i: usize| L + (W - L - R) * i as f64 / (pts.len().max(2) - 1) as f64;
+    let y = |b: f64| BOTTOM - (BOTTOM - TOP) * (b / ymax.max(1.0)).min(1.05);
+    let line: String = pts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| format!("{},{}", n(x(i)), n(y(p.1))))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let area = format!(
+        "{},{} {line} {},{}",
+        n(x(0)),
+        n(BOTTOM),
+        n(x(pts.len() - 1)),
+        n(BOTTOM)
+    );
+    let peak_i = pts.iter().position(|p| p.2).unwrap_or(0);
+    let states = e.model_states_bytes as f64;
+    let summary = format!(
+        "Memory through one step of {}: it starts at {} of model states and peaks at {} during {}. {}",
+        e.model,
+        gib(states),
+        gib(e.peak_bytes as f64),
+        e.peak_phase,
+        if e.fits { "It fits." } else { "It does not fit." }
+    );
+    html! {
+        <figure class="gm gm-timeline" data-widget="timeline" ref={root} aria-labelledby={title_id.clone()}
+            aria-describedby={summary_id.clone()}>
+            <figcaption class="gm-head" id={title_id}>
+                <span class="gm-title">{ "Memory through one step" }</span>
+                <span class="gm-sub">{ format!("{} · b={} · s={}", e.model, k.count("batch", 1), tokens(k.count("seq", 2048))) }</span>
+            </figcaption>
+            <svg class="gm-chart" viewBox={format!("0 0 {W} {H}")} role="img" aria-labelledby={summary_id.clone()}>
+                { for tk.iter().map(|&t| html! {
+                    <g class="gm-tick">
+                        <line class="gm-grid" x1={n(L)} x2={n(W - R)} y1={n(y(t))} y2={n(y(t))} />
+                        <text x={n(L - 6.0)} y={n(y(t) + 4.0)} text-anchor="end">{ tick_label(t) }</text>
+                    </g>
+                }) }
+                <polygon class="gm-area" points={area} />
+                <polyline class="gm-line" fill="none" points={line} />
+                if cap <= ymax * 1.05 {
+                    <line class="gm-capline" x1={n(L)} x2={n(W - R)} y1={n(y(cap))} y2={n(y(cap))} />
+                    <text class="gm-caplabel" x={n(W - R)} y={n(y(cap) - 4.0)} text-anchor="end">{ format!("{} {}", e.gpu, gib(cap)) }</text>
+                }
+                { for pts.iter().enumerate().map(|(i, p)| html! {
+                    <g class={classes!("gm-pt", p.2.then_some("gm-peak"))}>
+                        <circle cx={n(x(i))} cy={n(y(p.1))} r={if p.2 { "5" } else { "3" }}><title>{ format!("{}: {}", p.0, gib(p.1)) }</title></circle>
+                    </g>
+                }) }
+                <text class="gm-peaklabel" x={n(x(peak_i).clamp(L + 10.0, W - R - 150.0))} y={n((y(pts[peak_i].1) - 10.0).max(12.0))}>
+                    { format!("peak {} ", gib(e.peak_bytes as f64)) }
+                </text>
+                { for pts.iter().enumerate().map(|(i, p)| html! {
+                    <text class="gm-phase" x={n(x(i))} y={n(BOTTOM + 14.0 + 11.0 * (i % 2) as f64)} text-anchor="middle">{ short(&p.0) }</text>
+                }) }
+            </svg>
+            <p class="gm-note" data-value="peak">{ format!("Peak {} during {} — model states alone are {}.", gib(e.peak_bytes as f64), e.peak_phase, gib(states)) }</p>
+            <p class="gm-sr" id={summary_id} aria-live="polite">{ summary }</p>
+            <Toolbar name={format!("gpumem-timeline-{uid}")} />
+        </figure>
+    }
+}
+
+/// Phase names short enough for the axis.
+fn short(p: &str) -> String {
+    let s = p
+        .replace("forward: after the layers", "layers done")
+        .replace("after prefill (KV cache filled)", "prefilled")
+        .replace("backward: ", "bwd: ")
+        .replace("forward: ", "fwd: ");
+    let t: String = s.chars().take(22).collect();
+    if t.len() < s.len() {
+        format!("{t}…")
+    } else {
+        t
+    }
+}

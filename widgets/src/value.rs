@@ -1,0 +1,22 @@
+//! `{{#gpumem value QUANTITY}}`: one live number inside a sentence.
+
+use yew::prelude::*;
+
+use crate::allocator::{use_knobs, use_live_marker};
+use crate::quantity;
+use crate::Init;
+
+#[component]
+pub fn Value(init: &Init) -> Html {
+    let (k, _) = use_knobs(init);
+    let root = use_live_marker();
+    let q = init.option("quantity").unwrap_or("peak");
+    let format = init.option("format").unwrap_or("gib");
+    let text = match k.estimate() {
+        Ok(e) => quantity::show(&e, q, format),
+        Err(_) => "—".into(),
+    };
+    html! {
+        <span class="gm-value" data-widget="value" data-quantity={q.to_string()} ref={root}>{ text }</span>
+    }
+}

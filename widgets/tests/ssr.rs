@@ -1,0 +1,141 @@
+//! Each widget rendered as the book build renders it: its text comes from the engine and its
+//! accessibility hooks are in the markup.
+
+#![cfg(not(target_arch = "wasm32"))]
+
+use gpumem_widgets::format::gib;
+use gpumem_widgets::{render, Init, Knobs};
+
+fn init(widget: &str, knobs: &[(&str, &str)], options: &[(&str, &str)]) -> Init {
+    Init {
+        widget: widget.into(),
+        uid: "t".into(),
+        knobs: Knobs(
+            knobs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        ),
+        options: options
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        local: false,
+    }
+}
+
+const SMALL: &[(&str, &str)] = &[
+    ("model", "llama3.2-1b"),
+    ("batch", "4"),
+    ("seq", "2k"),
+    ("precision", "bf16"),
+];
+
+fn est(knobs: &[(&str, &str)]) -> gpumem::Estimate {
+    init("value", knobs, &[]).knobs.estimate().unwrap()
+}
+
+#[test]
+fn breakdown_labels_every_slice_with_the_engine_figures() {
+    let html = render(&init("breakdown", SMALL, &[])).unwrap();
+    let e = est(SMALL);
+    assert!(html.contains(r#"data-widget="breakdown""#));
+    assert!(html.contains(r#"role="img""#) && html.contains(r#"aria-live="polite""#));
+    assert!(
+        html.contains(&format!("Logits — {}", gib(e.components["logits"] as f64))),
+        "{html}"
+    );
+    assert!(html.contains(&format!(
+        "Activations — {}",
+        gib(e.components["activations"] as f64)
+    )));
+    assert!(html.contains("1.2B parameters × 2 B (bf16)"), "{html}");
+    assert!(html.contains("vocabulary (128256)"));
+    assert!(html.contains("✓") && html.contains("free"));
+    assert!(html.contains(r#"role="toolbar""#) && html.contains("Save SVG"));
+}
+
+#[test]
+fn timeline_marks_a_peak_above_every_phase_boundary() {
+    let html = render(&init("timeline", SMALL, &[])).unwrap();
+    let e = est(SMALL);
+    assert!(
+        html.contains(&format!("peak {}", gib(e.peak_bytes as f64))),
+        "{html}"
+    );
+    assert!(html.contains("gm-peak"));
+    let pts = gpumem_widgets::timeline::points(&e);
+    let peak = pts.iter().find(|p| p.2).unwrap().1;
+    assert!(
+        pts.iter().all(|p| p.1 <= peak + 1.0),
+        "the peak is the highest point"
+    );
+    assert!(html.contains(&format!(
+        "model states alone are {}",
+        gib(e.model_states_bytes as f64)
+    )));
+}
+
+#[test]
+fn sweep_finds_where_it_stops_fitting() {
+    let html = render(&init(
+        "sweep",
+        SMALL,
+        &[("axis", "seq"), ("from", "1k"), ("to", "64k")],
+    ))
+    .unwrap();
+    let cols = gpumem_widgets::sweep::columns(&init("sweep", SMALL, &[]).knobs, "seq", 1024, 65536);
+    assert_eq!(cols.len(), 7);
+    let first = cols
+        .iter()
+        .position(|c| !c.2)
+        .expect("a 1B model at batch 4 stops fitting by 64K");
+    assert!(cols[..first].iter().all(|c| c.2));
+    let tok = cols[first].0 / 1024;
+    assert!(
+        html.contains(&format!("Stops fitting at seq {tok}K")),
+        "{html}"
+    );
+    for w in cols.windows(2) {
+        assert!(w[1].3 >= w[0].3, "memory grows with the sequence");
+    }
+    let batch = render(&init("sweep", SMALL, &[("axis", "batch")])).unwrap();
+    assert!(batch.contains("Memory against batch"));
+}
+
+#[test]
+fn value_and_formula_show_the_engine_numbers() {
+    let e = est(SMALL);
+    let v = render(&init("value", SMALL, &[("quantity", "activations")])).unwrap();
+    assert!(v.contains(&gib(e.components["activations"] as f64)), "{v}");
+    let p = render(&init(
+        "value",
+        SMALL,
+        &[("quantity", "params"), ("format", "count")],
+    ))
+    .unwrap();
+    assert!(p.contains(&e.params.to_string()));
+    let f = render(&init("formula", SMALL, &[("quantity", "weights")])).unwrap();
+    assert!(f.contains("W = 1.2B × 2 B (bf16) = "), "{f}");
+    assert!(f.contains(r#"aria-live="polite""#));
+    let d = render(&init("formula", SMALL, &[("quantity", "device")])).unwrap();
+    assert!(d.contains(&gib(e.device_bytes as f64)));
+    let host = gpumem_widgets::host_html(&init("value", SMALL, &[("quantity", "peak")])).unwrap();
+    assert!(
+        host.starts_with("<span class=\"gm-host\""),
+        "inline widgets sit in a sentence"
+    );
+}
+
+#[test]
+fn a_scenario_the_engine_refuses_renders_an_alert_not_a_panic() {
+    for w in ["breakdown", "timeline", "formula"] {
+        let html = render(&init(
+            w,
+            &[("model", "llama3.1-8b"), ("tp", "3")],
+            &[("quantity", "weights")],
+        ))
+        .unwrap();
+        assert!(html.contains("Cannot estimate"), "{w}: {html}");
+    }
+}
