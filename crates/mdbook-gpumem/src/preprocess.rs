@@ -227,10 +227,30 @@ mod tests {
         );
         let e = preprocess("book/x.md", "a\n\n{{#gpumem allocator batch=-1}}\n").unwrap_err();
         assert!(e[0].starts_with("book/x.md:3: batch:"), "{e:?}");
-        let e = preprocess("book/x.md", "a\n\n{{#gpumem timeline}}\n").unwrap_err();
+        let e = preprocess("book/x.md", "a\n\n{{#gpumem zero}}\n").unwrap_err();
         assert!(
-            e[0].starts_with("book/x.md:3: the timeline widget is not built yet"),
+            e[0].starts_with("book/x.md:3: the zero widget is not built yet"),
             "{e:?}"
+        );
+        let e = preprocess("book/x.md", "a\n\n{{#gpumem formula activations}}\n").unwrap_err();
+        assert!(e[0].contains("has no closed form"), "{e:?}");
+    }
+
+    #[test]
+    fn formulas_are_numbered_and_go_to_katex_before_their_substitution() {
+        let out = preprocess(
+            "book/x.md",
+            "a\n\n{{#gpumem formula weights}}\n\nb {{#gpumem value peak}} c\n\n{{#gpumem formula device}}\n",
+        )
+        .unwrap();
+        let w = out.find("W = \\frac").unwrap();
+        assert!(out[w..].contains("\\tag{1}"));
+        assert!(out.contains("\\tag{2}"));
+        let host = out.find("data-widget=\"formula\"").unwrap();
+        assert!(w < host, "the formula comes first");
+        assert!(
+            out.contains("b <span class=\"gm-host\""),
+            "values stay in the sentence"
         );
     }
 }
