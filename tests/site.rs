@@ -512,3 +512,75 @@ fn widgets_share_one_state_that_the_url_carries() {
     assert_eq!(got[2], true);
     assert_eq!(got[3], 0);
 }
+
+#[test]
+fn zero_keys_presets_stages_and_log_steps() {
+    let c = Chrome::start().unwrap_or_else(|e| panic!("{e}"));
+    c.goto(&format!("{}/zero.html", served())).unwrap();
+    c.wait_for(
+        "return document.querySelector('[data-widget=zero][data-live]') !== null",
+        Duration::from_secs(20),
+    )
+    .unwrap();
+    let sub = "return document.querySelector('[data-widget=zero] .gm-sub').textContent";
+    assert_eq!(
+        c.eval(sub, json!([])).unwrap(),
+        "7.0B parameters · 8 GPUs · ZeRO None"
+    );
+    let slider = c.find("[data-widget=zero] input[id$=-params]").unwrap();
+    // Z cycles the stage; the per-GPU bar and its chips appear.
+    c.send_keys(&slider, "z").unwrap();
+    c.wait_for(
+        "return document.querySelector('[data-widget=zero] .gm-sub').textContent.endsWith('ZeRO Stage 1')",
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    let chips = c
+        .eval(
+            "return [...document.querySelectorAll('[data-widget=zero] .gm-chip')].map(e => e.textContent).join('|')",
+            json!([]),
+        )
+        .unwrap();
+    assert!(
+        chips.as_str().unwrap().contains("Master / 8 (sharded)"),
+        "{chips}"
+    );
+    // A number key jumps to a preset: 4 → 70B.
+    c.send_keys(&slider, "4").unwrap();
+    c.wait_for(
+        "return document.querySelector('[data-widget=zero] .gm-sub').textContent.startsWith('70.0B parameters')",
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    // Right arrow: one log step up.
+    c.send_keys(&slider, "\u{E014}").unwrap();
+    c.wait_for(
+        "return !document.querySelector('[data-widget=zero] .gm-sub').textContent.startsWith('70.0B')",
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    let now = c.eval(sub, json!([])).unwrap();
+    let billions: f64 = now
+        .as_str()
+        .unwrap()
+        .split('B')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        billions > 70.0 && billions < 100.0,
+        "one log step up from 70B: {now}"
+    );
+    // The URL carries the state.
+    let search = c.eval("return location.search", json!([])).unwrap();
+    assert!(
+        search.as_str().unwrap().contains("zero-stage=1"),
+        "{search}"
+    );
+    let console = c.console().unwrap();
+    assert!(
+        console.iter().all(|m| m["level"] != "SEVERE"),
+        "console: {console:?}"
+    );
+}

@@ -23,6 +23,7 @@ pub mod store;
 pub mod sweep;
 pub mod timeline;
 pub mod value;
+pub mod zero;
 
 /// The scenario's knobs (`gpumem::knobs` vocabulary): `model=llama3.1-8b`, `batch=4`, …
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -97,6 +98,7 @@ pub const RENDERED: &[&str] = &[
     "sweep",
     "value",
     "formula",
+    "zero",
 ];
 
 /// Widgets that sit inside a sentence (their host is a `span`).
@@ -122,6 +124,7 @@ pub fn render(init: &Init) -> Result<String, String> {
         "sweep" => ssr::<sweep::Sweep>(init),
         "value" => ssr::<value::Value>(init),
         "formula" => ssr::<formula::Formula>(init),
+        "zero" => ssr::<zero::Zero>(init),
         other => {
             return Err(format!(
                 "the {other} widget is not built yet (built: {})",
@@ -194,6 +197,7 @@ pub fn start() {
             "sweep" => hydrate::<sweep::Sweep>(el, init),
             "value" => hydrate::<value::Value>(el, init),
             "formula" => hydrate::<formula::Formula>(el, init),
+            "zero" => hydrate::<zero::Zero>(el, init),
             _ => continue,
         }
     }

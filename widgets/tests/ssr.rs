@@ -139,3 +139,82 @@ fn a_scenario_the_engine_refuses_renders_an_alert_not_a_panic() {
         assert!(html.contains("Cannot estimate"), "{w}: {html}");
     }
 }
+
+#[test]
+fn zero_shards_the_engine_states_and_names_each_slice() {
+    let k: &[(&str, &str)] = &[
+        ("params", "7000000000"),
+        ("precision", "mixed-bf16"),
+        ("dp", "8"),
+        ("zero-stage", "3"),
+    ];
+    let html = render(&init("zero", k, &[])).unwrap();
+    let one = init(
+        "value",
+        &[("params", "7000000000"), ("precision", "mixed-bf16")],
+        &[],
+    )
+    .knobs
+    .estimate()
+    .unwrap();
+    let sharded = init("value", k, &[]).knobs.estimate().unwrap();
+    assert!(html.contains(&gib(one.model_states_bytes as f64)), "{html}");
+    assert!(
+        html.contains(&format!(
+            "{} per GPU",
+            gib(sharded.model_states_bytes as f64)
+        )),
+        "{html}"
+    );
+    assert!(html.contains("Weights / 8 (sharded)") && html.contains("Momentum / 8 (sharded)"));
+    assert!(html.contains("Weights = 7.0B × 2 B = "), "{html}");
+    assert!(html.contains("Total = 7.0B × 16 B = "), "{html}");
+    assert!(html.contains(r#"role="radiogroup""#) && html.contains(r#"aria-keyshortcuts="1""#));
+    assert!(html.contains("H100-80GB") && html.contains("RTX-4090"));
+    // Stage 1: weights and gradients stay whole; no badge for 7B on 8 GPUs.
+    let s1 = render(&init(
+        "zero",
+        &[
+            ("params", "7000000000"),
+            ("precision", "mixed-bf16"),
+            ("dp", "8"),
+            ("zero-stage", "1"),
+        ],
+        &[],
+    ))
+    .unwrap();
+    assert!(
+        s1.contains("Weights (full)")
+            && s1.contains("Gradients (full)")
+            && s1.contains("Master / 8 (sharded)")
+    );
+    // 70B on one GPU does not fit any reference: the badge and the hatch.
+    let big = render(&init(
+        "zero",
+        &[("params", "70000000000"), ("precision", "mixed-bf16")],
+        &[],
+    ))
+    .unwrap();
+    assert!(
+        big.contains("DOESN&#x27;T FIT") || big.contains("DOESN'T FIT"),
+        "{big}"
+    );
+    assert!(big.contains("gm-hatch"));
+    // A custom table: quantised inference.
+    let custom = render(&init(
+        "zero",
+        &[("params", "7000000000")],
+        &[
+            ("segments", "INT4 weights:0.5:3,FP16 KV cache:1.5:3"),
+            ("references", "RTX-4090"),
+        ],
+    ))
+    .unwrap();
+    assert!(
+        custom.contains("INT4 weights = 7.0B × 0.50 B = "),
+        "{custom}"
+    );
+    assert!(custom.contains("Total = 7.0B × 2 B = 13.0 GiB"), "{custom}");
+    assert!(gpumem_widgets::zero::parse_segments("x:1").is_err());
+    assert!(gpumem_widgets::zero::parse_segments("x:1:4").is_err());
+}

@@ -10,6 +10,7 @@ use crate::scenario::Scenario;
 /// Every knob, in the order a permalink writes them.
 pub const KNOBS: &[&str] = &[
     "model",
+    "params",
     "mode",
     "batch",
     "seq",
@@ -95,7 +96,18 @@ fn build<'a>(knobs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Valu
     for (k, v) in knobs {
         match k {
             "model" => {
-                m.insert("model".into(), json!({ "preset": v }));
+                m.entry("model").or_insert_with(|| json!({ "preset": v }));
+            }
+            // A bare parameter count (model states only) wins over a preset.
+            "params" => {
+                let n = number(k, v)?;
+                if n < 1.0 || n > 1e14 {
+                    return Err(Error::new(
+                        k,
+                        format!("'{}' is not between 1 and 10^14", shown(v)),
+                    ));
+                }
+                m.insert("model".into(), json!({ "params": n.round() as u64 }));
             }
             "mode" | "precision" | "optimizer" | "recompute" | "attention" | "loss"
             | "finetune" | "gpu" => {
@@ -147,6 +159,7 @@ fn knob_of(field: &str) -> String {
     let head = field.split('.').next().unwrap_or("");
     match head {
         "new_tokens" => "new-tokens".into(),
+        "model" if field.contains("params") => "params".into(),
         "parallel" => match field.rsplit('.').next().unwrap_or("") {
             "zero" => "zero-stage".into(),
             "grad_accum" => "grad-accum".into(),

@@ -48,7 +48,7 @@ fn widget_attrs(widget: &str) -> &'static [&'static str] {
             "seq-min",
             "seq-max",
         ],
-        "zero" => &["gpus", "references"],
+        "zero" => &["gpus", "references", "segments"],
         "sweep" => &["axis", "from", "to"],
         "value" => &["format"],
         _ => &[],
@@ -328,6 +328,10 @@ fn check_widget_attrs(widget: &str, attrs: &[(String, String)]) -> Result<(), St
             }
             "model-min" | "model-max" => {
                 knobs::number(k, v).map_err(|e| e.to_string())?;
+            }
+            "segments" => {
+                gpumem_widgets::zero::parse_segments(v)
+                    .map_err(|e| format!("{widget}: segments: {e}"))?;
             }
             "references" => {
                 if let Some(bad) = v.split(',').find(|n| gpumem::gpu::find(n.trim()).is_none()) {

@@ -227,11 +227,14 @@ mod tests {
         );
         let e = preprocess("book/x.md", "a\n\n{{#gpumem allocator batch=-1}}\n").unwrap_err();
         assert!(e[0].starts_with("book/x.md:3: batch:"), "{e:?}");
-        let e = preprocess("book/x.md", "a\n\n{{#gpumem zero}}\n").unwrap_err();
+        let e = preprocess("book/x.md", "a\n\n{{#gpumem precision}}\n").unwrap_err();
         assert!(
-            e[0].starts_with("book/x.md:3: the zero widget is not built yet"),
+            e[0].starts_with("book/x.md:3: the precision widget is not built yet"),
             "{e:?}"
         );
+        let e =
+            preprocess("book/x.md", "a\n\n{{#gpumem zero segments=\"INT4:x:3\"}}\n").unwrap_err();
+        assert!(e[0].contains("segments: segment 1"), "{e:?}");
         let e = preprocess("book/x.md", "a\n\n{{#gpumem formula activations}}\n").unwrap_err();
         assert!(e[0].contains("has no closed form"), "{e:?}");
     }
