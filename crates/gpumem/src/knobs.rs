@@ -101,7 +101,7 @@ fn build<'a>(knobs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Valu
             // A bare parameter count (model states only) wins over a preset.
             "params" => {
                 let n = number(k, v)?;
-                if n < 1.0 || n > 1e14 {
+                if !(1.0..=1e14).contains(&n) {
                     return Err(Error::new(
                         k,
                         format!("'{}' is not between 1 and 10^14", shown(v)),
