@@ -248,8 +248,11 @@ fn in_the_browser_the_widget_hydrates_and_follows_its_controls() {
         .find("[data-widget=allocator] [role=radio][aria-checked=true]")
         .unwrap();
     c.send_keys(&checked, "\u{E014}").unwrap();
-    c.wait_for("var el = document.activeElement; return el.getAttribute('role') === 'radio' && el.getAttribute('aria-checked') === 'true' && el.textContent === 'Mixed BF16'", Duration::from_secs(5))
+    c.wait_for("var el = document.activeElement; return el && el.getAttribute('role') === 'radio' && el.getAttribute('aria-checked') === 'true' && el.textContent === 'Mixed BF16'", Duration::from_secs(5))
         .unwrap();
+    // The arrow stayed in the radiogroup: mdBook did not turn the page.
+    let here = c.eval("return location.pathname", json!([])).unwrap();
+    assert!(here.as_str().unwrap().ends_with("/budget.html"), "{here}");
     let sub = c
         .eval(
             "return document.querySelector('[data-widget=allocator] .gm-sub').textContent",

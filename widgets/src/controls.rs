@@ -87,7 +87,10 @@ pub fn RadioGroup(p: &ChoiceProps) -> Html {
                     "End" => n - 1,
                     _ => return,
                 };
+                // The key is ours: not the browser's, nor the book's (mdBook turns the
+                // pages with the arrow keys).
                 e.prevent_default();
+                e.stop_propagation();
                 if let Some(el) = refs[to].cast::<HtmlElement>() {
                     let _ = el.focus();
                 }

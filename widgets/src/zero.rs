@@ -198,9 +198,11 @@ pub fn Zero(init: &Init) -> Html {
             {
                 set_params.emit(PRESETS[d - 1].1);
                 e.prevent_default();
+                e.stop_propagation();
             } else if key == "z" || key == "Z" {
                 set_stage.emit((stage + 1) % 4);
                 e.prevent_default();
+                e.stop_propagation();
             }
         })
     };

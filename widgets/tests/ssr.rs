@@ -218,3 +218,29 @@ fn zero_shards_the_engine_states_and_names_each_slice() {
     assert!(gpumem_widgets::zero::parse_segments("x:1").is_err());
     assert!(gpumem_widgets::zero::parse_segments("x:1:4").is_err());
 }
+
+#[test]
+fn budget_page_widgets_render_at_every_precision() {
+    for p in ["fp32", "amp-bf16", "bf16", "mixed-bf16", "fp8"] {
+        let k: &[(&str, &str)] = &[
+            ("model", "llama3.1-8b"),
+            ("batch", "8"),
+            ("seq", "2k"),
+            ("precision", p),
+        ];
+        for (w, q) in [
+            ("allocator", ""),
+            ("sweep", ""),
+            ("timeline", ""),
+            ("breakdown", ""),
+            ("value", "activations"),
+            ("value", "weights"),
+            ("value", "params"),
+            ("formula", "weights"),
+            ("formula", "peak"),
+            ("formula", "device"),
+        ] {
+            render(&init(w, k, &[("quantity", q)])).unwrap_or_else(|e| panic!("{w} {p}: {e}"));
+        }
+    }
+}
