@@ -6,7 +6,7 @@ use gpumem::{Estimate, Scenario};
 use yew::prelude::*;
 
 use crate::allocator::{buckets, use_knobs, use_live_marker};
-use crate::chart::{n, tick_label, ticks, Toolbar};
+use crate::chart::{n, refused, tick_label, ticks, Toolbar};
 use crate::format::{gib, params, tokens};
 use crate::Init;
 
@@ -85,13 +85,7 @@ pub fn Breakdown(init: &Init) -> Html {
         .and_then(|s| gpumem::estimate(&s).map(|e| (s, e)));
     let (s, e) = match got {
         Ok(x) => x,
-        Err(err) => {
-            return html! {
-                <figure class="gm gm-breakdown" data-widget="breakdown" ref={root}>
-                    <p class="gm-error" role="alert">{ format!("Cannot estimate: {err}") }</p>
-                </figure>
-            }
-        }
+        Err(err) => return refused("breakdown", root, err),
     };
     let total = e.device_bytes as f64;
     let cap = e.capacity_bytes as f64;

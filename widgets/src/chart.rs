@@ -35,6 +35,30 @@ pub fn n(x: f64) -> String {
     format!("{x:.2}")
 }
 
+/// Horizontal grid lines with their GiB labels, from `left` to `right`; `y` maps bytes.
+pub fn grid(ticks: &[f64], left: f64, right: f64, y: impl Fn(f64) -> f64) -> Html {
+    ticks
+        .iter()
+        .map(|&t| {
+            html! {
+                <g class="gm-tick">
+                    <line class="gm-grid" x1={n(left)} x2={n(right)} y1={n(y(t))} y2={n(y(t))} />
+                    <text x={n(left - 6.0)} y={n(y(t) + 4.0)} text-anchor="end">{ tick_label(t) }</text>
+                </g>
+            }
+        })
+        .collect()
+}
+
+/// A widget whose scenario the engine refuses: the figure with the engine's message.
+pub fn refused(widget: &'static str, root: NodeRef, err: impl std::fmt::Display) -> Html {
+    html! {
+        <figure class={classes!("gm", format!("gm-{widget}"))} data-widget={widget} ref={root}>
+            <p class="gm-error" role="alert">{ format!("Cannot estimate: {err}") }</p>
+        </figure>
+    }
+}
+
 #[derive(Properties, PartialEq)]
 pub struct ToolbarProps {
     /// The widget's uid: the file names of exports derive from it.

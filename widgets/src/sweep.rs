@@ -4,7 +4,7 @@
 use yew::prelude::*;
 
 use crate::allocator::{buckets, use_knobs, use_live_marker};
-use crate::chart::{n, tick_label, ticks, Toolbar};
+use crate::chart::{grid, n, ticks, Toolbar};
 use crate::format::{gib, tokens};
 use crate::{Init, Knobs};
 
@@ -137,12 +137,7 @@ pub fn Sweep(init: &Init) -> Html {
                 <span class="gm-sub">{ k.get("model").unwrap_or(gpumem::knobs::DEFAULT_MODEL).to_string() }</span>
             </figcaption>
             <svg class="gm-chart" viewBox={format!("0 0 {W} {H}")} role="img" aria-labelledby={summary_id.clone()}>
-                { for tk.iter().map(|&t| html! {
-                    <g class="gm-tick">
-                        <line class="gm-grid" x1={n(L)} x2={n(W - R)} y1={n(y(t))} y2={n(y(t))} />
-                        <text x={n(L - 6.0)} y={n(y(t) + 4.0)} text-anchor="end">{ tick_label(t) }</text>
-                    </g>
-                }) }
+                { grid(&tk, L, W - R, y) }
                 { for layers }
                 <line class="gm-capline" x1={n(L)} x2={n(W - R)} y1={n(y(cap))} y2={n(y(cap))} />
                 <text class="gm-caplabel" x={n(W - R)} y={n(y(cap) - 4.0)} text-anchor="end">{ format!("capacity {}", gib(cap)) }</text>

@@ -5,7 +5,7 @@ use gpumem::Estimate;
 use yew::prelude::*;
 
 use crate::allocator::{use_knobs, use_live_marker};
-use crate::chart::{n, tick_label, ticks, Toolbar};
+use crate::chart::{grid, n, refused, ticks, Toolbar};
 use crate::format::{gib, tokens};
 use crate::Init;
 
@@ -57,13 +57,7 @@ pub fn Timeline(init: &Init) -> Html {
     let (title_id, summary_id) = (format!("{uid}-title"), format!("{uid}-summary"));
     let e = match k.estimate() {
         Ok(e) => e,
-        Err(err) => {
-            return html! {
-                <figure class="gm gm-timeline" data-widget="timeline" ref={root}>
-                    <p class="gm-error" role="alert">{ format!("Cannot estimate: {err}") }</p>
-                </figure>
-            }
-        }
+        Err(err) => return refused("timeline", root, err),
     };
     let pts = points(&e);
     let cap = e.capacity_bytes as f64;
@@ -103,12 +97,7 @@ pub fn Timeline(init: &Init) -> Html {
                 <span class="gm-sub">{ format!("{} · b={} · s={}", e.model, k.count("batch", 1), tokens(k.count("seq", 2048))) }</span>
             </figcaption>
             <svg class="gm-chart" viewBox={format!("0 0 {W} {H}")} role="img" aria-labelledby={summary_id.clone()}>
-                { for tk.iter().map(|&t| html! {
-                    <g class="gm-tick">
-                        <line class="gm-grid" x1={n(L)} x2={n(W - R)} y1={n(y(t))} y2={n(y(t))} />
-                        <text x={n(L - 6.0)} y={n(y(t) + 4.0)} text-anchor="end">{ tick_label(t) }</text>
-                    </g>
-                }) }
+                { grid(&tk, L, W - R, y) }
                 <polygon class="gm-area" points={area} />
                 <polyline class="gm-line" fill="none" points={line} />
                 if cap <= ymax * 1.05 {

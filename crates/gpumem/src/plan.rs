@@ -264,14 +264,8 @@ fn parse_gpus(v: Option<&Value>) -> Result<Vec<u64>> {
                 "is required: a count, a list, or {\"min\", \"max\"}".into()
             ))
         }
-        Some(Value::Number(_)) | Some(Value::String(_)) => {
-            let text = match v {
-                Some(Value::String(s)) => s.clone(),
-                Some(x) => x.to_string(),
-                None => unreachable!(),
-            };
-            parse_gpu_counts(&text).map_err(bad)?
-        }
+        Some(Value::String(s)) => parse_gpu_counts(s).map_err(bad)?,
+        Some(x @ Value::Number(_)) => parse_gpu_counts(&x.to_string()).map_err(bad)?,
         Some(Value::Array(a)) => {
             let mut out = Vec::new();
             for (i, x) in a.iter().enumerate() {
