@@ -190,6 +190,12 @@ impl Chrome {
         ))
     }
 
+    /// Empty a text field, as a user selecting all and deleting would.
+    pub fn clear(&self, element: &str) -> Result<()> {
+        self.call("POST", &format!("/element/{element}/clear"), None)?;
+        Ok(())
+    }
+
     pub fn click(&self, element: &str) -> Result<()> {
         self.call("POST", &format!("/element/{element}/click"), None)?;
         Ok(())

@@ -587,3 +587,162 @@ fn zero_keys_presets_stages_and_log_steps() {
         "console: {console:?}"
     );
 }
+
+fn wait_widget(c: &Chrome, widget: &str) {
+    c.wait_for(
+        &format!("return document.querySelector('[data-widget={widget}][data-live]') !== null"),
+        Duration::from_secs(20),
+    )
+    .unwrap();
+}
+
+#[test]
+fn the_5d_panel_takes_a_pasted_config_refuses_a_hostile_one_and_applies_a_planned_layout() {
+    let c = Chrome::start().unwrap_or_else(|e| panic!("{e}"));
+    c.goto(&format!("{}/parallelism.html", served())).unwrap();
+    wait_widget(&c, "parallelism");
+    // Expressions, so that waits can build on them.
+    let sub_x = "document.querySelector('[data-widget=parallelism] .gm-sub').textContent";
+    let alert_x = "(document.querySelector('[data-widget=parallelism] .gm-error[role=alert]') || {textContent: ''}).textContent";
+    let sub = &format!("return {sub_x}");
+    let alert = &format!("return {alert_x}");
+    assert!(c
+        .eval(sub, json!([]))
+        .unwrap()
+        .as_str()
+        .unwrap()
+        .starts_with("llama3.1-70b · 64 GPUs"));
+    let box_ = c.find("[data-widget=parallelism] textarea").unwrap();
+
+    // Hostile: markup in a value. Refused with the engine's reason, shown as text; nothing runs.
+    c.send_keys(
+        &box_,
+        r#"{"model_type": "<img src=x onerror=window.pwned=1>", "hidden_size": 64}"#,
+    )
+    .unwrap();
+    c.wait_for(
+        &format!("return {alert_x}.length > 0"),
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    let msg = c.eval(alert, json!([])).unwrap();
+    assert!(
+        msg.as_str().unwrap().contains("config.json.model_type"),
+        "{msg}"
+    );
+    let injected = c
+        .eval("return [window.pwned === undefined, document.querySelectorAll('[data-widget=parallelism] img').length]", json!([]))
+        .unwrap();
+    assert_eq!(injected, json!([true, 0]));
+    assert!(
+        c.eval(sub, json!([]))
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .starts_with("llama3.1-70b"),
+        "state kept"
+    );
+
+    // Malformed JSON: the line and column.
+    c.clear(&box_).unwrap();
+    c.send_keys(&box_, "{\"hidden_size\": 4096,").unwrap();
+    c.wait_for(
+        &format!("return {alert_x}.includes('config.json:1:')"),
+        Duration::from_secs(5),
+    )
+    .unwrap();
+
+    // A real config.json (Mistral 7B, with keys the engine does not need): applied.
+    c.clear(&box_).unwrap();
+    c.send_keys(
+        &box_,
+        r#"{"architectures": ["MistralForCausalLM"], "model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000, "sliding_window": 4096, "rope_theta": 10000.0}"#,
+    )
+    .unwrap();
+    c.wait_for(
+        &format!("return {sub_x}.startsWith('custom (config.json)')"),
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    let fields = c
+        .eval("return [document.querySelector('[data-widget=parallelism] input[id$=-layers]').value, location.search.includes('arch=')]", json!([]))
+        .unwrap();
+    assert_eq!(fields, json!(["32", true]));
+    let note = c
+        .eval(
+            "return document.querySelector('[data-widget=parallelism] [role=status]').textContent",
+            json!([]),
+        )
+        .unwrap();
+    assert!(note.as_str().unwrap().contains("7.2B parameters"), "{note}");
+
+    // The planner's first layout, applied: the panel shows it and marks its row.
+    let use1 = c
+        .find("[data-widget=parallelism] button[aria-label='Use layout 1']")
+        .unwrap();
+    c.click(&use1).unwrap();
+    c.wait_for(
+        "return document.querySelector('[data-widget=parallelism] tr.gm-current') !== null",
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    let console = c.console().unwrap();
+    assert!(
+        console.iter().all(|m| m["level"] != "SEVERE"),
+        "console: {console:?}"
+    );
+}
+
+#[test]
+fn the_precision_recipes_and_parts_drive_the_page() {
+    let c = Chrome::start().unwrap_or_else(|e| panic!("{e}"));
+    c.goto(&format!("{}/precision.html", served())).unwrap();
+    wait_widget(&c, "precision");
+    let sub_x = "document.querySelector('[data-widget=precision] .gm-sub').textContent";
+    let weights = "return document.querySelector('.gm-value[data-quantity=weights]').textContent";
+    let before = c.eval(weights, json!([])).unwrap();
+    // QLoRA: NF4 base weights; the prose's live value follows.
+    let q = c
+        .find("[data-widget=precision] button[role=radio]:nth-child(7)")
+        .unwrap();
+    c.click(&q).unwrap();
+    c.wait_for(
+        &format!("return {sub_x}.includes('QLoRA NF4')"),
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    let after = c.eval(weights, json!([])).unwrap();
+    assert_ne!(before, after, "the inline value follows the recipe");
+    // One part changed by its select: no recipe matches any more.
+    c.click(
+        &c.find("[data-widget=precision] button[role=radio]:nth-child(4)")
+            .unwrap(),
+    )
+    .unwrap();
+    c.eval(
+        "var s = document.querySelector('[data-widget=precision] select[id$=-grads]'); s.value = 'fp32'; s.dispatchEvent(new Event('change', {bubbles: true})); return true",
+        json!([]),
+    )
+    .unwrap();
+    c.wait_for(
+        &format!("return {sub_x}.includes('custom')"),
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    let search = c
+        .eval("return decodeURIComponent(location.search)", json!([]))
+        .unwrap();
+    assert!(search.as_str().unwrap().contains("grads=fp32"), "{search}");
+    // The radiogroup's accessible names, as Chromium computes them.
+    let (role, _) = c
+        .accessibility(&c.find("[data-widget=precision] [role=radiogroup]").unwrap())
+        .unwrap();
+    assert_eq!(role, "radiogroup");
+    let (role, name) = c
+        .accessibility(
+            &c.find("[data-widget=precision] select[id$=-weights]")
+                .unwrap(),
+        )
+        .unwrap();
+    assert_eq!((role.as_str(), name.as_str()), ("combobox", "Weights"));
+}

@@ -23,8 +23,22 @@ pub struct Bucket {
 /// The slices of a GPU's memory at the peak, in stacking order. Each engine component lands
 /// in exactly one slice, so the slices add up to the expected device total.
 pub fn buckets(e: &Estimate) -> Vec<Bucket> {
-    let c = |k: &str| e.components.get(k).copied().unwrap_or(0) as f64;
     let training = e.gradients_bytes > 0 || e.optimizer_states_bytes > 0;
+    slices_of(
+        &e.components,
+        training,
+        (e.cuda_context_bytes + e.allocator_reserve_bytes) as f64,
+    )
+}
+
+/// The slices of any set of components (an estimate's, or one pipeline stage's), with the
+/// CUDA context and allocator reserve as `overhead`.
+pub fn slices_of(
+    components: &std::collections::BTreeMap<String, u64>,
+    training: bool,
+    overhead: f64,
+) -> Vec<Bucket> {
+    let c = |k: &str| components.get(k).copied().unwrap_or(0) as f64;
     let mut b = vec![Bucket {
         key: "weights",
         label: "Weights",
@@ -66,9 +80,42 @@ pub fn buckets(e: &Estimate) -> Vec<Bucket> {
     b.push(Bucket {
         key: "overhead",
         label: "CUDA + allocator",
-        bytes: (e.cuda_context_bytes + e.allocator_reserve_bytes) as f64,
+        bytes: overhead,
     });
     b
+}
+
+/// The stacked bar of `slices` against the capacity tick, the overflow hatched; with
+/// `by_slice` false, one segment for the total.
+pub fn bar(slices: &[Bucket], by_slice: bool, total: f64, cap: f64) -> Html {
+    let scale = total.max(cap);
+    let segs: Html = if by_slice {
+        slices
+            .iter()
+            .filter(|b| b.bytes > 0.0)
+            .map(|b| {
+                html! {
+                    <div class={classes!("gm-seg", format!("gm-c-{}", b.key))}
+                        style={format!("width:{}", pct(b.bytes, scale))}
+                        title={format!("{}: {}", b.label, gib(b.bytes))}></div>
+                }
+            })
+            .collect()
+    } else {
+        html! { <div class="gm-seg gm-c-total" style={format!("width:{}", pct(total, scale))}></div> }
+    };
+    let overflow = (total > cap).then(|| {
+        html! {
+            <div class="gm-overflow" style={format!("left:{};width:{}", pct(cap, scale), pct(total - cap, scale))}></div>
+        }
+    });
+    html! {
+        <div class="gm-bar" aria-hidden="true">
+            { segs }
+            { overflow }
+            <div class="gm-cap" style={format!("left:{}", pct(cap, scale))}></div>
+        </div>
+    }
 }
 
 /// Slices the legend always lists, even when empty at the peak (gradients often are).
@@ -135,7 +182,10 @@ const PRECISIONS: &[(&str, &str)] = &[
     ("fp8", "FP8"),
 ];
 
-fn precision_label(p: &str) -> String {
+pub fn precision_label(p: &str) -> String {
+    if p.contains('=') {
+        return "Custom".into();
+    }
     PRECISIONS
         .iter()
         .find(|(v, _)| *v == p)
@@ -323,7 +373,6 @@ pub fn Allocator(init: &Init) -> Html {
         Ok(est) => {
             let total = est.device_bytes as f64;
             let cap = est.capacity_bytes as f64;
-            let scale = total.max(cap);
             let verdict = if est.fits {
                 format!("{} headroom", gib(est.headroom_bytes as f64))
             } else {
@@ -343,26 +392,6 @@ pub fn Allocator(init: &Init) -> Html {
                 }
             );
             let slices = buckets(&est);
-            let segs: Html = if show_breakdown {
-                slices
-                    .iter()
-                    .filter(|b| b.bytes > 0.0)
-                    .map(|b| {
-                        html! {
-                            <div class={classes!("gm-seg", format!("gm-c-{}", b.key))}
-                                style={format!("width:{}", pct(b.bytes, scale))}
-                                title={format!("{}: {}", b.label, gib(b.bytes))}></div>
-                        }
-                    })
-                    .collect()
-            } else {
-                html! { <div class="gm-seg gm-c-total" style={format!("width:{}", pct(total, scale))}></div> }
-            };
-            let overflow = (total > cap).then(|| {
-                html! {
-                    <div class="gm-overflow" style={format!("left:{};width:{}", pct(cap, scale), pct(total - cap, scale))}></div>
-                }
-            });
             let legend = show_breakdown.then(|| {
                 html! {
                     <ul class="gm-legend">
@@ -395,11 +424,7 @@ pub fn Allocator(init: &Init) -> Html {
                         <strong class="gm-big" data-value="total">{ gib(total) }</strong>
                         <span class="gm-of">{ format!("of {} on {}", gib(cap), est.gpu) }</span>
                     </p>
-                    <div class="gm-bar" aria-hidden="true">
-                        { segs }
-                        { overflow }
-                        <div class="gm-cap" style={format!("left:{}", pct(cap, scale))}></div>
-                    </div>
+                    { bar(&slices, show_breakdown, total, cap) }
                     <p class={classes!("gm-verdict", if est.fits { "gm-ok" } else { "gm-over" })} data-value="verdict">
                         { if est.fits { "✓ " } else { "✗ " } }{ verdict }
                     </p>

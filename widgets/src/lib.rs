@@ -18,6 +18,8 @@ pub mod controls;
 pub mod export;
 pub mod format;
 pub mod formula;
+pub mod parallelism;
+pub mod precision;
 pub mod quantity;
 pub mod store;
 pub mod sweep;
@@ -99,6 +101,8 @@ pub const RENDERED: &[&str] = &[
     "value",
     "formula",
     "zero",
+    "precision",
+    "parallelism",
 ];
 
 /// Widgets that sit inside a sentence (their host is a `span`).
@@ -125,6 +129,8 @@ pub fn render(init: &Init) -> Result<String, String> {
         "value" => ssr::<value::Value>(init),
         "formula" => ssr::<formula::Formula>(init),
         "zero" => ssr::<zero::Zero>(init),
+        "precision" => ssr::<precision::PrecisionPanel>(init),
+        "parallelism" => ssr::<parallelism::Parallelism>(init),
         other => {
             return Err(format!(
                 "the {other} widget is not built yet (built: {})",
@@ -198,6 +204,8 @@ pub fn start() {
             "value" => hydrate::<value::Value>(el, init),
             "formula" => hydrate::<formula::Formula>(el, init),
             "zero" => hydrate::<zero::Zero>(el, init),
+            "precision" => hydrate::<precision::PrecisionPanel>(el, init),
+            "parallelism" => hydrate::<parallelism::Parallelism>(el, init),
             _ => continue,
         }
     }

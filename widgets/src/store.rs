@@ -119,7 +119,7 @@ pub fn from_query(defaults: &Knobs, query: &str) -> Option<Result<Knobs, String>
         let Some(v) = unpercent(v) else {
             return Some(Err(format!("{key}: not a valid encoded value")));
         };
-        if v.len() > 200 {
+        if v.len() > gpumem::knobs::MAX_VALUE_LEN {
             return Some(Err(format!("{key}: value too long")));
         }
         k = k.with(key, v);

@@ -244,3 +244,92 @@ fn budget_page_widgets_render_at_every_precision() {
         }
     }
 }
+
+#[test]
+fn precision_shows_each_part_its_dtype_and_the_recipe() {
+    let knobs = &[("model", "llama3.1-8b"), ("precision", "mixed-bf16")];
+    let html = render(&init("precision", knobs, &[])).unwrap();
+    let e = est(knobs);
+    assert!(html.contains(r#"data-widget="precision""#));
+    // The recipe radiogroup, Mixed BF16 checked.
+    assert!(html.contains(r#"role="radiogroup""#));
+    assert!(
+        html.contains(r#"aria-checked="true" tabindex="0" class="gm-pill">Mixed BF16"#),
+        "{html}"
+    );
+    // A row per part with its dtype selected and the engine's bytes.
+    for (part, dtype) in [
+        ("weights", "bf16"),
+        ("master", "fp32"),
+        ("grads", "bf16"),
+        ("optimizer", "fp32"),
+        ("activations", "bf16"),
+        ("reduce", "bf16"),
+    ] {
+        let row = html
+            .split(&format!(r#"data-part="{part}""#))
+            .nth(1)
+            .unwrap();
+        let row = &row[..row.find("</tr>").unwrap()];
+        assert!(
+            row.contains(&format!(r#"<option value="{dtype}" selected="selected">"#)),
+            "{part}: {row}"
+        );
+    }
+    assert!(html.contains(&gib(e.master_weights_bytes as f64)));
+    assert!(html.contains(&gib(e.optimizer_states_bytes as f64)));
+    assert!(html.contains(&gib(e.device_bytes as f64)));
+    assert!(html.contains(r#"aria-live="polite""#));
+
+    // 8-bit Adam and QLoRA are recipes too; a custom mix checks none.
+    let q = render(&init(
+        "precision",
+        &[("precision", "bf16"), ("finetune", "qlora")],
+        &[],
+    ))
+    .unwrap();
+    assert!(
+        q.contains(r#"aria-checked="true" tabindex="0" class="gm-pill">QLoRA NF4"#),
+        "{q}"
+    );
+    let c = render(&init(
+        "precision",
+        &[("precision", "mixed-bf16,grads=fp32")],
+        &[],
+    ))
+    .unwrap();
+    assert!(!c.contains(r#"aria-checked="true""#));
+    assert!(c.contains("· custom ·"));
+}
+
+#[test]
+fn parallelism_shows_every_stage_and_the_planner_table() {
+    let knobs = &[
+        ("model", "llama3.1-70b"),
+        ("seq", "8k"),
+        ("dp", "2"),
+        ("tp", "8"),
+        ("pp", "4"),
+        ("grad-accum", "8"),
+        ("precision", "mixed-bf16"),
+        ("framework", "megatron"),
+        ("zero-stage", "1"),
+    ];
+    let html = render(&init("parallelism", knobs, &[])).unwrap();
+    let e = est(knobs);
+    assert_eq!(e.stages.len(), 4);
+    assert!(html.contains(r#"data-widget="parallelism""#));
+    for i in 0..4 {
+        assert!(html.contains(&format!(r#"data-stage="{i}""#)));
+    }
+    assert!(html.contains("64 GPUs"), "{html}");
+    assert!(html.contains(&gib(e.device_bytes as f64)));
+    // The planner's layouts of the same 64 GPUs, each with a button that applies it.
+    assert!(html.contains("Layouts of 64 GPUs for a global batch of 16 sequences"));
+    assert!(html.contains(r#"aria-label="Use layout 1""#));
+    // Architecture fields, the paste box, the sharding radiogroup.
+    assert!(html.contains(r#"id="t-layers""#) && html.contains(r#"value="80""#));
+    assert!(html.contains("paste a config.json") && html.contains("<textarea"));
+    assert!(html.contains(r#"role="radiogroup""#));
+    assert!(html.contains(r#"role="img""#) && html.contains(r#"aria-live="polite""#));
+}

@@ -64,7 +64,7 @@ pub struct Estimate {
 }
 
 /// Bytes the caching allocator is expected to reserve beyond a peak, in 2 MiB pages.
-pub(crate) fn reserve_for(peak_bytes: u64) -> u64 {
+pub fn reserve_for(peak_bytes: u64) -> u64 {
     (peak_bytes as f64 * ALLOCATOR_RESERVE_FRACTION / 2097152.0).ceil() as u64 * 2097152
 }
 

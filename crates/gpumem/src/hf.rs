@@ -126,6 +126,44 @@ pub(crate) fn to_u64(v: &Value) -> Option<u64> {
     }
 }
 
+/// Every `config.json` key [`parse_hf_config`] reads: a pasted config keeps these and drops
+/// the rest (tokeniser ids, rope scaling, …), which is what lets a page carry it in its URL.
+pub const HF_KEYS: &[&str] = &[
+    "model_type",
+    "activation_function",
+    "attn_pdrop",
+    "embd_pdrop",
+    "n_embd",
+    "n_head",
+    "n_inner",
+    "n_layer",
+    "n_positions",
+    "resid_pdrop",
+    "attention_bias",
+    "attention_dropout",
+    "head_dim",
+    "hidden_act",
+    "hidden_size",
+    "intermediate_size",
+    "mlp_bias",
+    "num_attention_heads",
+    "num_hidden_layers",
+    "num_key_value_heads",
+    "tie_word_embeddings",
+    "vocab_size",
+    "num_local_experts",
+    "num_experts_per_tok",
+    "first_k_dense_replace",
+    "kv_lora_rank",
+    "moe_intermediate_size",
+    "n_routed_experts",
+    "n_shared_experts",
+    "q_lora_rank",
+    "qk_nope_head_dim",
+    "qk_rope_head_dim",
+    "v_head_dim",
+];
+
 /// Parse a Hugging Face `config.json` object. `at` is the field path used in errors.
 pub fn parse_hf_config(v: &Value, at: &str) -> Result<Architecture> {
     let o = Obj::new(v, at)?;
@@ -310,6 +348,87 @@ fn parse_llama_like(o: &Obj<'_>, model_type: &str) -> Result<Architecture> {
     Ok(arch)
 }
 
+/// The `config.json` keys that describe `a` (the inverse of [`parse_hf_config`]): what a
+/// page writes into its `arch` knob when a reader edits one field of a model.
+pub fn to_hf_config(a: &Architecture) -> Map<String, Value> {
+    let mut m = Map::new();
+    let mut put = |k: &str, v: Value| {
+        m.insert(k.to_string(), v);
+    };
+    let act = match a.activation {
+        Activation::Silu => "silu",
+        Activation::GeluNew => "gelu_new",
+        Activation::Gelu => "gelu",
+    };
+    if a.family == Family::Gpt2 {
+        put("model_type", "gpt2".into());
+        put("n_embd", a.hidden.into());
+        put("n_head", a.heads.into());
+        put("n_layer", a.layers.into());
+        put("n_inner", a.intermediate.into());
+        put("vocab_size", a.vocab.into());
+        put("tie_word_embeddings", a.tied_embeddings.into());
+        put("n_positions", a.learned_positions.unwrap_or(1024).into());
+        put("activation_function", act.into());
+        put("embd_pdrop", a.dropout.embd.into());
+        put("attn_pdrop", a.dropout.attn.into());
+        put("resid_pdrop", a.dropout.resid.into());
+        return m;
+    }
+    let model_type = match a.family {
+        Family::Mixtral => "mixtral",
+        Family::DeepseekV3 => "deepseek_v3",
+        _ if a.qkv_bias && !a.o_bias => "qwen2",
+        _ => "llama",
+    };
+    put("model_type", model_type.into());
+    put("hidden_size", a.hidden.into());
+    put("num_hidden_layers", a.layers.into());
+    put("num_attention_heads", a.heads.into());
+    if a.family != Family::DeepseekV3 {
+        put("num_key_value_heads", a.kv_heads.into());
+        if a.head_dim * a.heads != a.hidden {
+            put("head_dim", a.head_dim.into());
+        }
+    }
+    put("intermediate_size", a.intermediate.into());
+    put("vocab_size", a.vocab.into());
+    put("tie_word_embeddings", a.tied_embeddings.into());
+    if a.qkv_bias && model_type != "qwen2" {
+        put("attention_bias", true.into());
+    }
+    if a.mlp_bias {
+        put("mlp_bias", true.into());
+    }
+    if a.activation != Activation::Silu {
+        put("hidden_act", act.into());
+    }
+    if a.dropout.attn > 0.0 {
+        put("attention_dropout", a.dropout.attn.into());
+    }
+    if let Some(x) = &a.mla {
+        if let Some(q) = x.q_lora_rank {
+            put("q_lora_rank", q.into());
+        }
+        put("kv_lora_rank", x.kv_lora_rank.into());
+        put("qk_nope_head_dim", x.qk_nope_head_dim.into());
+        put("qk_rope_head_dim", x.qk_rope_head_dim.into());
+        put("v_head_dim", x.v_head_dim.into());
+    }
+    if let Some(moe) = &a.moe {
+        put("num_experts_per_tok", moe.top_k.into());
+        if a.family == Family::Mixtral {
+            put("num_local_experts", moe.experts.into());
+        } else {
+            put("n_routed_experts", moe.experts.into());
+            put("moe_intermediate_size", moe.expert_intermediate.into());
+            put("n_shared_experts", moe.shared_experts.into());
+            put("first_k_dense_replace", moe.first_dense_layers.into());
+        }
+    }
+    m
+}
+
 /// Explicit architecture fields, short names (`hidden`, `layers`, …) or the Hugging Face
 /// names. `family` picks the implementation (default `llama`).
 pub fn parse_explicit(v: &Value, at: &str) -> Result<Architecture> {
@@ -374,6 +493,36 @@ pub fn parse_explicit(v: &Value, at: &str) -> Result<Architecture> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn every_preset_round_trips_through_its_config() {
+        for p in crate::presets::all() {
+            let c = Value::Object(to_hf_config(&p.arch));
+            let back = parse_hf_config(&c, "c").unwrap_or_else(|e| panic!("{}: {e}", p.name));
+            assert_eq!(back, p.arch, "{}", p.name);
+            assert!(c
+                .as_object()
+                .unwrap()
+                .keys()
+                .all(|k| HF_KEYS.contains(&k.as_str())));
+        }
+    }
+
+    #[test]
+    fn hf_keys_are_all_the_parser_reads() {
+        // Each source literal the parser passes to a getter must be listed.
+        let src = include_str!("hf.rs");
+        let body = &src[..src.find("#[cfg(test)]").unwrap()];
+        for getter in ["_opt(\"", "_req(\"", "p(\"", "activation(o, \""] {
+            for (i, _) in body.match_indices(getter) {
+                let rest = &body[i + getter.len()..];
+                let key = &rest[..rest.find('"').unwrap()];
+                if key != "family" && key != "recipe" {
+                    assert!(HF_KEYS.contains(&key), "{key} is read but not in HF_KEYS");
+                }
+            }
+        }
+    }
 
     #[test]
     fn missing_key_is_named() {

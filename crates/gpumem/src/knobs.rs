@@ -10,6 +10,7 @@ use crate::scenario::Scenario;
 /// Every knob, in the order a permalink writes them.
 pub const KNOBS: &[&str] = &[
     "model",
+    "arch",
     "params",
     "mode",
     "batch",
@@ -26,6 +27,7 @@ pub const KNOBS: &[&str] = &[
     "dp",
     "tp",
     "pp",
+    "virtual-stages",
     "cp",
     "ep",
     "zero-stage",
@@ -33,6 +35,19 @@ pub const KNOBS: &[&str] = &[
     "offload",
     "grad-accum",
 ];
+
+/// The components of a precision that a `precision=RECIPE,component=dtype,…` knob can set.
+pub const PRECISION_PARTS: &[&str] = &[
+    "weights",
+    "master",
+    "grads",
+    "optimizer",
+    "activations",
+    "reduce",
+];
+
+/// The longest value a knob may have (an `arch` knob carries a whole architecture).
+pub const MAX_VALUE_LEN: usize = 1000;
 
 /// The model a scenario uses when no knob names one.
 pub const DEFAULT_MODEL: &str = "llama3.1-8b";
@@ -98,6 +113,16 @@ fn build<'a>(knobs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Valu
             "model" => {
                 m.entry("model").or_insert_with(|| json!({ "preset": v }));
             }
+            // An architecture (config.json keys) wins over a preset.
+            "arch" => {
+                m.insert(
+                    "model".into(),
+                    json!({ "hf_config": pairs(k, v)?, "name": "custom (config.json)" }),
+                );
+            }
+            "precision" if v.contains('=') => {
+                m.insert(k.into(), precision_object(v)?);
+            }
             // A bare parameter count (model states only) wins over a preset.
             "params" => {
                 let n = number(k, v)?;
@@ -107,7 +132,10 @@ fn build<'a>(knobs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Valu
                         format!("'{}' is not between 1 and 10^14", shown(v)),
                     ));
                 }
-                m.insert("model".into(), json!({ "params": n.round() as u64 }));
+                let arch_given = m.get("model").is_some_and(|x| x.get("hf_config").is_some());
+                if !arch_given {
+                    m.insert("model".into(), json!({ "params": n.round() as u64 }));
+                }
             }
             "mode" | "precision" | "optimizer" | "recompute" | "attention" | "loss"
             | "finetune" | "gpu" => {
@@ -128,6 +156,14 @@ fn build<'a>(knobs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Valu
             }
             "dp" | "tp" | "pp" | "cp" | "ep" => {
                 parallel.insert(k.into(), count(k, v)?.into());
+            }
+            // Model chunks per pipeline stage: more than one is Megatron's interleaved schedule.
+            "virtual-stages" => {
+                let v = count(k, v)?;
+                if v > 1 {
+                    parallel.insert("schedule".into(), "interleaved".into());
+                    parallel.insert("virtual_stages".into(), v.into());
+                }
             }
             "grad-accum" => {
                 parallel.insert("grad_accum".into(), count(k, v)?.into());
@@ -154,17 +190,130 @@ fn build<'a>(knobs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Valu
     Ok(Value::Object(m))
 }
 
+/// `key=value,key=value` as a JSON object: numbers and `true`/`false` as such, the rest as
+/// strings. What the keys mean is for the engine to judge.
+pub fn pairs(knob: &str, v: &str) -> Result<Value> {
+    if v.len() > MAX_VALUE_LEN {
+        return Err(Error::new(
+            knob,
+            format!("longer than {MAX_VALUE_LEN} characters"),
+        ));
+    }
+    let mut o = Map::new();
+    for part in v.split(',').filter(|p| !p.trim().is_empty()) {
+        let Some((key, val)) = part.split_once('=') else {
+            return Err(Error::new(
+                knob,
+                format!("'{}' is not key=value", shown(part)),
+            ));
+        };
+        let (key, val) = (key.trim(), val.trim());
+        let json = if let Ok(n) = val.parse::<u64>() {
+            n.into()
+        } else if let Some(x) = val.parse::<f64>().ok().filter(|x| x.is_finite()) {
+            x.into()
+        } else if val == "true" || val == "false" {
+            Value::Bool(val == "true")
+        } else {
+            Value::String(val.to_string())
+        };
+        o.insert(key.to_string(), json);
+    }
+    Ok(Value::Object(o))
+}
+
+/// The `arch` knob for a pasted `config.json`: the keys the engine reads, checked by the
+/// engine. Errors name the line and column (bad JSON) or the config's key.
+pub fn arch_from_config_json(text: &str) -> Result<String> {
+    if text.len() > 1 << 20 {
+        return Err(Error::new("config.json", "larger than 1 MiB"));
+    }
+    let v: Value = serde_json::from_str(text).map_err(|e| {
+        Error::new(
+            format!("config.json:{}:{}", e.line(), e.column()),
+            format!("not valid JSON ({})", shown(&e.to_string())),
+        )
+    })?;
+    let Value::Object(all) = v else {
+        return Err(Error::new("config.json", "must be a JSON object"));
+    };
+    let kept: Map<String, Value> = all
+        .into_iter()
+        .filter(|(k, v)| {
+            crate::hf::HF_KEYS.contains(&k.as_str()) && !v.is_object() && !v.is_array()
+        })
+        .collect();
+    crate::hf::parse_hf_config(&Value::Object(kept.clone()), "config.json")?;
+    let knob = to_pairs(&kept);
+    // What the knob carries must read back as the same config.
+    if pairs("arch", &knob)? != Value::Object(kept) {
+        return Err(Error::new(
+            "config.json",
+            "a value holds ',' or '=', which a link cannot carry",
+        ));
+    }
+    Ok(knob)
+}
+
+/// The inverse of [`pairs`] for flat JSON objects: scalars only, in the object's order.
+pub fn to_pairs(v: &Map<String, Value>) -> String {
+    v.iter()
+        .filter_map(|(k, x)| {
+            let s = match x {
+                Value::Number(n) => n.to_string(),
+                Value::Bool(b) => b.to_string(),
+                Value::String(s) if !s.contains([',', '=']) => s.clone(),
+                _ => return None,
+            };
+            (!k.contains([',', '='])).then(|| format!("{k}={s}"))
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// `mixed-bf16,grads=fp32,master=none`: a recipe (optional, first) and per-component dtypes.
+fn precision_object(v: &str) -> Result<Value> {
+    let mut o = Map::new();
+    for (i, part) in v.split(',').enumerate() {
+        match part.split_once('=') {
+            None if i == 0 => {
+                o.insert("recipe".into(), Value::String(part.into()));
+            }
+            Some((c, d)) if PRECISION_PARTS.contains(&c) => {
+                let d = if c == "master" && d == "none" {
+                    Value::Null
+                } else {
+                    Value::String(d.into())
+                };
+                o.insert(c.into(), d);
+            }
+            _ => {
+                return Err(Error::new(
+                    "precision",
+                    format!(
+                        "'{}' is not component=dtype (components: {})",
+                        shown(part),
+                        PRECISION_PARTS.join(", ")
+                    ),
+                ))
+            }
+        }
+    }
+    Ok(Value::Object(o))
+}
+
 /// The knob a JSON scenario field comes from.
 fn knob_of(field: &str) -> String {
     let head = field.split('.').next().unwrap_or("");
     match head {
         "new_tokens" => "new-tokens".into(),
         "model" if field.contains("params") => "params".into(),
+        "model" if field.contains("hf_config") => field.replacen("model.hf_config", "arch", 1),
         "parallel" => match field.rsplit('.').next().unwrap_or("") {
             "zero" => "zero-stage".into(),
             "grad_accum" => "grad-accum".into(),
             k @ ("tp" | "pp" | "cp" | "ep" | "framework" | "offload") => k.into(),
-            "virtual_stages" => "pp".into(),
+            "virtual_stages" | "schedule" => "virtual-stages".into(),
             _ => "dp".into(),
         },
         "gpu" if field.contains("capacity") => "capacity".into(),
@@ -194,6 +343,54 @@ mod tests {
     }
 
     #[test]
+    fn an_arch_knob_carries_a_config_and_a_precision_knob_its_components() {
+        let arch = "model_type=llama,hidden_size=2048,intermediate_size=8192,num_hidden_layers=16,\
+                    num_attention_heads=32,num_key_value_heads=8,vocab_size=128256,\
+                    tie_word_embeddings=true,head_dim=64";
+        let s = scenario([("arch", arch), ("model", "gpt2"), ("params", "7e9")]).unwrap();
+        let preset = scenario([("model", "llama3.2-1b")]).unwrap();
+        match (&s.model, &preset.model) {
+            (
+                crate::scenario::Model::Arch { arch: a, .. },
+                crate::scenario::Model::Arch { arch: b, .. },
+            ) => assert_eq!(a.params(), b.params()),
+            other => panic!("{other:?}"),
+        }
+        let v = pairs("arch", arch).unwrap();
+        assert_eq!(pairs("arch", &to_pairs(v.as_object().unwrap())).unwrap(), v);
+        let e = scenario_value([("arch", "model_type=llama,hidden_size=64")]).unwrap_err();
+        assert_eq!(e.field, "arch.num_attention_heads");
+        let e = scenario_value([("arch", "<script>")]).unwrap_err();
+        assert_eq!(e.field, "arch");
+        assert!(scenario_value([("arch", "a=1,".repeat(400).as_str())]).is_err());
+
+        let cfg = r#"{"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+            "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
+            "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+            "tie_word_embeddings": true, "head_dim": 64, "rope_scaling": {"factor": 32.0},
+            "bos_token_id": 128000, "torch_dtype": "bfloat16"}"#;
+        let knob = arch_from_config_json(cfg).unwrap();
+        assert!(!knob.contains("rope") && !knob.contains("bos"), "{knob}");
+        assert_eq!(pairs("arch", &knob).unwrap(), v);
+        let e = arch_from_config_json("{\n  \"model_type\": llama}").unwrap_err();
+        assert!(e.field.starts_with("config.json:2:"), "{e}");
+        let e = arch_from_config_json("[1]").unwrap_err();
+        assert_eq!(e.field, "config.json");
+        let e =
+            arch_from_config_json(r#"{"model_type": "<img src=x onerror=alert(1)>"}"#).unwrap_err();
+        assert_eq!(e.field, "config.json.model_type");
+
+        let p = scenario([("precision", "mixed-bf16,grads=fp32,master=none")]).unwrap();
+        assert_eq!(p.precision.grads, crate::dtype::DType::F32);
+        assert_eq!(p.precision.master, None);
+        assert_eq!(p.precision.optimizer, crate::dtype::DType::F32);
+        let e = scenario_value([("precision", "bf16,colour=red")]).unwrap_err();
+        assert_eq!(e.field, "precision");
+        let e = scenario_value([("precision", "bf16,grads=int4")]).unwrap_err();
+        assert_eq!(e.field, "precision");
+    }
+
+    #[test]
     fn errors_name_the_knob() {
         let e = scenario_value([("zero-stage", "5")]).unwrap_err();
         assert_eq!(e.field, "zero-stage");
@@ -209,6 +406,14 @@ mod tests {
         assert_eq!(e.field, "tp");
         let e = scenario_value([("framework", "jax")]).unwrap_err();
         assert_eq!(e.field, "framework");
+        let e = scenario_value([("pp", "4"), ("grad-accum", "8"), ("virtual-stages", "3")])
+            .unwrap_err();
+        assert_eq!(e.field, "virtual-stages");
+        let s = scenario([("pp", "4"), ("grad-accum", "8"), ("virtual-stages", "2")]).unwrap();
+        assert_eq!(
+            s.parallel.schedule,
+            crate::scenario::Schedule::Interleaved(2)
+        );
         let s = scenario([("tp", "8"), ("pp", "4"), ("grad-accum", "8")]).unwrap();
         assert_eq!(
             (s.parallel.tp, s.parallel.pp, s.parallel.grad_accum),

@@ -39,14 +39,6 @@ pub fn preprocess(file: &str, src: &str) -> std::result::Result<String, Vec<Stri
         }
     }
 
-    // Formulas are numbered in the order they appear on the page.
-    let mut formula_no: BTreeMap<usize, usize> = BTreeMap::new();
-    for (n, d) in directives.iter().enumerate() {
-        if d.widget == "formula" {
-            let next = formula_no.len() + 1;
-            formula_no.insert(n, next);
-        }
-    }
     let mut out = src.to_string();
     for (n, d) in directives.iter().enumerate().rev() {
         let inline = INLINE.contains(&d.widget.as_str());
@@ -80,18 +72,12 @@ pub fn preprocess(file: &str, src: &str) -> std::result::Result<String, Vec<Stri
         };
         match gpumem_widgets::host_html(&init) {
             Ok(html) if inline => out.replace_range(d.span.clone(), &html),
-            // The formula goes to KaTeX (which runs after this preprocessor), numbered; the
-            // widget below it substitutes the current numbers.
+            // The formula goes to KaTeX (which runs after this preprocessor; `number_formulas`
+            // tags it); the widget below it substitutes the current numbers.
             Ok(html) if d.widget == "formula" => {
                 let q = d.positional.first().map(String::as_str).unwrap_or("");
                 let tex = gpumem_widgets::quantity::tex(q).unwrap_or("");
-                out.replace_range(
-                    d.span.clone(),
-                    &format!(
-                        "\n\n$$\n{tex} \\tag{{{}}}\n$$\n\n{html}\n\n",
-                        formula_no[&n]
-                    ),
-                )
+                out.replace_range(d.span.clone(), &format!("\n\n$$\n{tex}\n$$\n\n{html}\n\n"))
             }
             // Blank lines around it: markdown keeps the widget as one raw HTML block.
             Ok(html) => out.replace_range(d.span.clone(), &format!("\n\n{html}\n\n")),
@@ -104,6 +90,46 @@ pub fn preprocess(file: &str, src: &str) -> std::result::Result<String, Vec<Stri
         errors.sort_by_key(|e| line_number(e));
         Err(errors)
     }
+}
+
+/// Number every display formula of a chapter (`$$` on a line of its own, to the next such
+/// line, outside code fences) in order: `\tag{3.1}`, `\tag{3.2}`, … in chapter 3, `\tag{1}`, …
+/// in an unnumbered one. A formula that already carries a `\tag` keeps it and takes no number.
+pub fn number_formulas(src: &str, chapter: Option<&str>) -> String {
+    let mut out = String::with_capacity(src.len() + 64);
+    let (mut fence, mut in_math, mut tagged, mut n) = (None::<String>, false, false, 0);
+    for line in src.split_inclusive('\n') {
+        let t = line.trim();
+        if !in_math {
+            if let Some(f) = &fence {
+                if t.starts_with(f.as_str()) {
+                    fence = None;
+                }
+            } else if t.starts_with("```") || t.starts_with("~~~") {
+                fence = Some(t[..3].to_string());
+            } else if t == "$$" {
+                in_math = true;
+                tagged = false;
+            }
+            out.push_str(line);
+            continue;
+        }
+        if t == "$$" {
+            in_math = false;
+            if !tagged {
+                n += 1;
+                let tag = match chapter {
+                    Some(c) => format!("{c}.{n}"),
+                    None => n.to_string(),
+                };
+                out.push_str(&format!("\\tag{{{tag}}}\n"));
+            }
+        } else if t.contains("\\tag{") {
+            tagged = true;
+        }
+        out.push_str(line);
+    }
+    out
 }
 
 fn line_number(msg: &str) -> usize {
@@ -153,8 +179,13 @@ impl Preprocessor for GpumemPreprocessor {
                 return;
             };
             let file = display_path(&src_dir.join(path));
+            // "3." for chapter 3: formulas are (3.1), (3.2), …
+            let number = ch
+                .number
+                .as_ref()
+                .map(|n| n.to_string().trim_end_matches('.').to_string());
             match preprocess(&file, &ch.content) {
-                Ok(c) => ch.content = c,
+                Ok(c) => ch.content = number_formulas(&c, number.as_deref()),
                 Err(mut e) => errors.append(&mut e),
             }
         });
@@ -227,11 +258,8 @@ mod tests {
         );
         let e = preprocess("book/x.md", "a\n\n{{#gpumem allocator batch=-1}}\n").unwrap_err();
         assert!(e[0].starts_with("book/x.md:3: batch:"), "{e:?}");
-        let e = preprocess("book/x.md", "a\n\n{{#gpumem precision}}\n").unwrap_err();
-        assert!(
-            e[0].starts_with("book/x.md:3: the precision widget is not built yet"),
-            "{e:?}"
-        );
+        let e = preprocess("book/x.md", "a\n\n{{#gpumem parallelism tp=3}}\n").unwrap_err();
+        assert!(e[0].starts_with("book/x.md:3: tp:"), "{e:?}");
         let e =
             preprocess("book/x.md", "a\n\n{{#gpumem zero segments=\"INT4:x:3\"}}\n").unwrap_err();
         assert!(e[0].contains("segments: segment 1"), "{e:?}");
@@ -246,9 +274,14 @@ mod tests {
             "a\n\n{{#gpumem formula weights}}\n\nb {{#gpumem value peak}} c\n\n{{#gpumem formula device}}\n",
         )
         .unwrap();
+        let out = number_formulas(&out, Some("7"));
         let w = out.find("W = \\frac").unwrap();
-        assert!(out[w..].contains("\\tag{1}"));
-        assert!(out.contains("\\tag{2}"));
+        assert!(out[w..].contains("\\tag{7.1}"));
+        assert!(out.contains("\\tag{7.2}"));
+        let hand = "$$\na \\tag{x}\n$$\n\n```\n$$\n```\n\n$$\nb\n$$\n";
+        let n = number_formulas(hand, None);
+        assert_eq!(n.matches("\\tag{").count(), 2, "{n}");
+        assert!(n.contains("b\n\\tag{1}\n$$"), "{n}");
         let host = out.find("data-widget=\"formula\"").unwrap();
         assert!(w < host, "the formula comes first");
         assert!(

@@ -1,0 +1,661 @@
+//! The 5D panel: a model (a preset, edited fields, or a pasted `config.json`), the training
+//! configuration, data × tensor × pipeline × context × expert parallelism with the ZeRO/FSDP
+//! strategy, the per-GPU memory of every pipeline stage, and the planner's best layouts for
+//! the same GPU count, all recomputed as the inputs change.
+
+use std::rc::Rc;
+
+use gpumem::arch::{Architecture, Family};
+use gpumem::estimate::reserve_for;
+use gpumem::plan::{Candidate, Plan, Request};
+use gpumem::scenario::{Mode, Model};
+use gpumem::{gpu, hf, knobs, presets, Estimate, Scenario};
+use web_sys::{HtmlInputElement, HtmlTextAreaElement};
+use yew::prelude::*;
+
+use crate::allocator::{precision_label, slices_of, use_knobs, use_live_marker, Bucket};
+use crate::chart::{grid, n, refused, ticks, Toolbar};
+use crate::controls::{RadioGroup, Select};
+use crate::format::{gib, params, tokens};
+use crate::{Init, Knobs};
+
+/// Layouts the planner table lists.
+const TOP: usize = 5;
+
+/// An architecture field a reader can edit: (field, label, config.json key by family).
+fn hf_key(family: Family, field: &str) -> Option<&'static str> {
+    Some(match (family, field) {
+        (Family::Gpt2, "layers") => "n_layer",
+        (Family::Gpt2, "hidden") => "n_embd",
+        (Family::Gpt2, "heads") => "n_head",
+        (Family::Gpt2, "intermediate") => "n_inner",
+        (Family::Gpt2, "kv_heads" | "experts" | "top_k") => return None,
+        (_, "layers") => "num_hidden_layers",
+        (_, "hidden") => "hidden_size",
+        (_, "heads") => "num_attention_heads",
+        (Family::DeepseekV3, "kv_heads") => return None,
+        (_, "kv_heads") => "num_key_value_heads",
+        (_, "intermediate") => "intermediate_size",
+        (Family::Mixtral, "experts") => "num_local_experts",
+        (Family::DeepseekV3, "experts") => "n_routed_experts",
+        (Family::Mixtral | Family::DeepseekV3, "top_k") => "num_experts_per_tok",
+        (_, "vocab") => "vocab_size",
+        _ => return None,
+    })
+}
+
+const FIELDS: &[(&str, &str)] = &[
+    ("layers", "Layers"),
+    ("hidden", "Hidden size"),
+    ("heads", "Attention heads"),
+    ("kv_heads", "KV heads"),
+    ("intermediate", "MLP width"),
+    ("vocab", "Vocabulary"),
+    ("experts", "Experts"),
+    ("top_k", "Experts per token"),
+];
+
+fn field_value(a: &Architecture, field: &str) -> u64 {
+    match field {
+        "layers" => a.layers,
+        "hidden" => a.hidden,
+        "heads" => a.heads,
+        "kv_heads" => a.kv_heads,
+        "intermediate" => a.intermediate,
+        "vocab" => a.vocab,
+        "experts" => a.moe.as_ref().map_or(0, |m| m.experts),
+        _ => a.moe.as_ref().map_or(0, |m| m.top_k),
+    }
+}
+
+/// The knobs with one architecture field changed: the model becomes an `arch` knob.
+pub fn with_field(k: &Knobs, a: &Architecture, field: &str, v: u64) -> Knobs {
+    let mut cfg = hf::to_hf_config(a);
+    if let Some(key) = hf_key(a.family, field) {
+        cfg.insert(key.into(), v.into());
+    }
+    k.without("model")
+        .without("params")
+        .with("arch", knobs::to_pairs(&cfg))
+}
+
+/// The knobs for a pasted `config.json`, or the engine's reason to refuse it.
+pub fn with_config(k: &Knobs, text: &str) -> Result<Knobs, String> {
+    let arch = knobs::arch_from_config_json(text).map_err(|e| e.to_string())?;
+    let n = k.without("model").without("params").with("arch", arch);
+    n.scenario().map_err(|e| e.to_string())?;
+    Ok(n)
+}
+
+/// The planner's request for the page's scenario on the same number of GPUs and the same
+/// global batch.
+pub fn request(k: &Knobs, s: &Scenario) -> Option<Request> {
+    let p = &s.parallel;
+    let gpus = p.dp * p.tp * p.pp * p.cp * p.ep;
+    let mut v = knobs::scenario_value(k.0.iter().map(|(a, b)| (a.as_str(), b.as_str()))).ok()?;
+    let o = v.as_object_mut()?;
+    o.insert("gpus".into(), gpus.into());
+    o.insert(
+        "global_batch".into(),
+        (p.dp * s.batch * p.grad_accum.max(1)).into(),
+    );
+    o.insert("top".into(), (TOP as u64).into());
+    Request::from_value(&v).ok()
+}
+
+/// The knobs that put a planned layout on the page.
+pub fn with_layout(k: &Knobs, c: &Candidate) -> Knobs {
+    let l = &c.layout;
+    let mut n = k.clone();
+    for (key, v) in [
+        ("dp", l.dp),
+        ("tp", l.tp),
+        ("pp", l.pp),
+        ("cp", l.cp),
+        ("ep", l.ep),
+        ("zero-stage", l.zero as u64),
+        ("batch", l.micro_batch),
+        ("grad-accum", l.grad_accum),
+        ("virtual-stages", l.virtual_stages),
+    ] {
+        n = n.with(key, v.to_string());
+    }
+    n.with("recompute", l.recompute.clone())
+        .with("offload", l.offload.clone())
+}
+
+/// Seconds, readably.
+fn secs(x: f64) -> String {
+    if x >= 10.0 {
+        format!("{x:.0} s")
+    } else if x >= 1.0 {
+        format!("{x:.1} s")
+    } else {
+        format!("{:.0} ms", x * 1000.0)
+    }
+}
+
+/// A labelled whole-number input.
+#[derive(Properties, PartialEq)]
+struct NumProps {
+    id: AttrValue,
+    label: AttrValue,
+    value: u64,
+    on_change: Callback<u64>,
+}
+
+#[component]
+fn Num(p: &NumProps) -> Html {
+    let oninput = {
+        let cb = p.on_change.clone();
+        Callback::from(move |e: InputEvent| {
+            let el: HtmlInputElement = e.target_unchecked_into();
+            if let Ok(v) = el.value().trim().parse::<u64>() {
+                cb.emit(v);
+            }
+        })
+    };
+    html! {
+        <div class="gm-control gm-num-input">
+            <label for={p.id.clone()}>{ p.label.clone() }</label>
+            <input type="number" id={p.id.clone()} min="1" step="1" inputmode="numeric"
+                value={p.value.to_string()} {oninput} />
+        </div>
+    }
+}
+
+const W: f64 = 640.0;
+const H: f64 = 260.0;
+const TOP_Y: f64 = 14.0;
+const BOTTOM: f64 = 220.0;
+const LEFT: f64 = 64.0;
+
+/// One column per pipeline stage (one column without a pipeline), against the capacity.
+fn stage_chart(s: &Scenario, e: &Estimate) -> Html {
+    let training = s.mode == Mode::Train;
+    let columns: Vec<(String, Vec<Bucket>, f64)> = if e.stages.is_empty() {
+        vec![(
+            "every GPU".into(),
+            crate::allocator::buckets(e),
+            e.device_bytes as f64,
+        )]
+    } else {
+        e.stages
+            .iter()
+            .map(|st| {
+                let overhead = (e.cuda_context_bytes + reserve_for(st.peak_bytes)) as f64;
+                let b = slices_of(&st.components, training, overhead);
+                let total = b.iter().map(|x| x.bytes).sum();
+                (format!("stage {}", st.stage), b, total)
+            })
+            .collect()
+    };
+    let cap = e.capacity_bytes as f64;
+    let max = columns.iter().map(|c| c.2).fold(cap, f64::max);
+    let t = ticks(max);
+    let top = *t.last().unwrap_or(&max);
+    let y = |b: f64| BOTTOM - (BOTTOM - TOP_Y) * b / top.max(1.0);
+    let slot = (W - LEFT - 10.0) / columns.len() as f64;
+    let bw = (slot * 0.7).min(70.0);
+    let label_every = (columns.len() as f64 / 12.0).ceil().max(1.0) as usize;
+    let cols: Html = columns
+        .iter()
+        .enumerate()
+        .map(|(i, (name, b, total))| {
+            let x = LEFT + slot * i as f64 + (slot - bw) / 2.0;
+            let mut acc = 0.0;
+            let rects: Html = b
+                .iter()
+                .filter(|b| b.bytes > 0.0)
+                .map(|b| {
+                    let (y0, y1) = (y(acc), y(acc + b.bytes));
+                    acc += b.bytes;
+                    html! {
+                        <rect class={format!("gm-f-{}", b.key)} x={n(x)} y={n(y1)} width={n(bw)}
+                            height={n((y0 - y1).max(0.0))}><title>{ format!("{name}: {} {}", b.label, gib(b.bytes)) }</title></rect>
+                    }
+                })
+                .collect();
+            let over = *total > cap;
+            html! {
+                <g class={classes!("gm-stage", over.then_some("gm-over"))} data-stage={i.to_string()}>
+                    { rects }
+                    if i % label_every == 0 {
+                        <text class="gm-axis-label" x={n(x + bw / 2.0)} y={n(BOTTOM + 14.0)} text-anchor="middle">
+                            { if columns.len() == 1 { name.clone() } else { i.to_string() } }
+                        </text>
+                    }
+                    if over {
+                        <text class="gm-over-mark" x={n(x + bw / 2.0)} y={n(y(*total) - 4.0)} text-anchor="middle">{ "✗" }</text>
+                    }
+                </g>
+            }
+        })
+        .collect();
+    html! {
+        <>
+            { grid(&t, LEFT, W - 10.0, y) }
+            { cols }
+            <line class="gm-capline" x1={n(LEFT)} x2={n(W - 10.0)} y1={n(y(cap))} y2={n(y(cap))} />
+            <text class="gm-caplabel" x={n(W - 12.0)} y={n(y(cap) - 5.0)} text-anchor="end">{ format!("{} {}", e.gpu, gib(cap)) }</text>
+            if columns.len() > 1 {
+                <text class="gm-axis-label" x={n(LEFT + (W - LEFT) / 2.0)} y={n(H - 8.0)} text-anchor="middle">{ "pipeline stage" }</text>
+            }
+        </>
+    }
+}
+
+#[component]
+pub fn Parallelism(init: &Init) -> Html {
+    let (k, set) = use_knobs(init);
+    let root = use_live_marker();
+    let refused_msg = use_state(|| None::<String>);
+    let paste = use_state(|| None::<Result<String, String>>);
+    let uid = &init.uid;
+    let (title_id, summary_id) = (format!("{uid}-title"), format!("{uid}-summary"));
+    // A change the engine refuses is not applied: the reader sees why, the page keeps its state.
+    let try_set = {
+        let (set, refused_msg) = (set.clone(), refused_msg.clone());
+        Callback::from(move |n: Knobs| match n.scenario() {
+            Ok(_) => {
+                refused_msg.set(None);
+                set.emit(n)
+            }
+            Err(e) => refused_msg.set(Some(e.to_string())),
+        })
+    };
+    let got = k
+        .scenario()
+        .and_then(|s| gpumem::estimate(&s).map(|e| (s, e)));
+    let (s, e) = match got {
+        Ok(x) => x,
+        Err(err) => return refused("parallelism", root, err),
+    };
+    let plan: Rc<Option<Plan>> = use_memo(k.clone(), |k| {
+        k.scenario()
+            .ok()
+            .and_then(|s| request(k, &s))
+            .map(|r| gpumem::plan::plan(&r))
+    });
+    let p = &s.parallel;
+    let gpus = p.dp * p.tp * p.pp * p.cp * p.ep;
+    let knob = |key: &'static str| {
+        let (k, try_set) = (k.clone(), try_set.clone());
+        Callback::from(move |v: u64| try_set.emit(k.with(key, v.to_string())))
+    };
+    let choice = |key: &'static str| {
+        let (k, try_set) = (k.clone(), try_set.clone());
+        Callback::from(move |v: String| try_set.emit(k.with(key, v)))
+    };
+    let opts = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+        v.iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
+    };
+
+    // The model: a preset, or the architecture the page carries.
+    let arch = match &s.model {
+        Model::Arch { arch, .. } => Some(arch.clone()),
+        _ => None,
+    };
+    let mut models: Vec<(String, String)> = presets::all()
+        .into_iter()
+        .map(|pr| {
+            (
+                pr.name.to_string(),
+                format!("{} ({})", pr.name, params(pr.arch.params().total)),
+            )
+        })
+        .collect();
+    let model_sel = if k.get("arch").is_some() {
+        models.insert(0, ("custom".into(), "Custom architecture".into()));
+        "custom".to_string()
+    } else {
+        k.get("model").unwrap_or(knobs::DEFAULT_MODEL).to_string()
+    };
+    let on_model = {
+        let (k, try_set) = (k.clone(), try_set.clone());
+        Callback::from(move |m: String| {
+            if m != "custom" {
+                try_set.emit(k.without("arch").without("params").with("model", m));
+            }
+        })
+    };
+    let fields: Html = arch
+        .as_ref()
+        .map(|a| {
+            FIELDS
+                .iter()
+                .filter(|(f, _)| hf_key(a.family, f).is_some())
+                .filter(|(f, _)| a.moe.is_some() || !matches!(*f, "experts" | "top_k"))
+                .map(|(f, label)| {
+                    let on_change = {
+                        let (k, try_set, a) = (k.clone(), try_set.clone(), a.clone());
+                        let f = *f;
+                        Callback::from(move |v: u64| try_set.emit(with_field(&k, &a, f, v)))
+                    };
+                    html! { <Num id={format!("{uid}-{f}")} label={*label} value={field_value(a, f)} {on_change} /> }
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let on_paste = {
+        let (k, set, paste) = (k.clone(), set.clone(), paste.clone());
+        Callback::from(move |ev: InputEvent| {
+            let el: HtmlTextAreaElement = ev.target_unchecked_into();
+            let text = el.value();
+            if text.trim().is_empty() {
+                paste.set(None);
+                return;
+            }
+            match with_config(&k, &text) {
+                Ok(n) => {
+                    let name = n
+                        .estimate()
+                        .map(|e| format!("{} parameters", params(e.params)))
+                        .unwrap_or_default();
+                    paste.set(Some(Ok(format!("Applied: a custom architecture, {name}."))));
+                    set.emit(n);
+                }
+                Err(msg) => paste.set(Some(Err(msg))),
+            }
+        })
+    };
+
+    // Training.
+    let seqs: Vec<(String, String)> = (9..=17)
+        .map(|i| 1u64 << i)
+        .chain((!(s.seq.is_power_of_two() && (512..=131072).contains(&s.seq))).then_some(s.seq))
+        .map(|x| (x.to_string(), format!("{} tokens", tokens(x))))
+        .collect();
+    let mut precisions = opts(&[
+        ("fp32", "FP32"),
+        ("amp-bf16", "AMP BF16"),
+        ("bf16", "BF16"),
+        ("mixed-bf16", "Mixed BF16"),
+        ("fp8", "FP8"),
+    ]);
+    let precision = k.get("precision").unwrap_or("bf16").to_string();
+    if !precisions.iter().any(|(v, _)| *v == precision) {
+        precisions.push((precision.clone(), precision_label(&precision)));
+    }
+    let gpu_opts: Vec<(String, String)> = gpu::GPUS
+        .iter()
+        .map(|g| (g.name.to_string(), g.name.to_string()))
+        .chain(
+            k.get("capacity")
+                .map(|c| ("custom".into(), format!("Custom ({c} GiB)"))),
+        )
+        .collect();
+    let gpu_sel = if k.get("capacity").is_some() {
+        "custom".to_string()
+    } else {
+        k.get("gpu").unwrap_or("H100-80GB").to_string()
+    };
+    let on_gpu = {
+        let (k, try_set) = (k.clone(), try_set.clone());
+        Callback::from(move |g: String| {
+            if g != "custom" {
+                try_set.emit(k.without("capacity").with("gpu", g));
+            }
+        })
+    };
+    let framework = k.get("framework").unwrap_or("fsdp").to_string();
+    let zero_labels: &[(&str, &str)] = if framework == "fsdp" {
+        &[
+            ("0", "DDP"),
+            ("1", "Sharded optimizer"),
+            ("2", "SHARD_GRAD_OP"),
+            ("3", "FULL_SHARD"),
+        ]
+    } else {
+        &[
+            ("0", "ZeRO-0"),
+            ("1", "ZeRO-1"),
+            ("2", "ZeRO-2"),
+            ("3", "ZeRO-3"),
+        ]
+    };
+
+    // The planner's table.
+    let plan_rows: Html = match &*plan {
+        None => html! { <tr><td colspan="8">{ "The planner needs an architecture and a training run." }</td></tr> },
+        Some(pl) if pl.best.is_empty() => html! {
+            <tr><td colspan="8">{ format!("No layout of {gpus} GPUs fits ({} considered).", pl.considered) }</td></tr>
+        },
+        Some(pl) => pl
+            .best
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let l = &c.layout;
+                let onclick = {
+                    let (k, try_set, c) = (k.clone(), try_set.clone(), c.clone());
+                    Callback::from(move |_: MouseEvent| try_set.emit(with_layout(&k, &c)))
+                };
+                let current = l.dp == p.dp
+                    && l.tp == p.tp
+                    && l.pp == p.pp
+                    && l.cp == p.cp
+                    && l.ep == p.ep
+                    && l.zero == p.zero
+                    && l.micro_batch == s.batch;
+                let zero = if framework == "fsdp" {
+                    zero_labels[l.zero as usize].1.to_string()
+                } else {
+                    format!("ZeRO-{}", l.zero)
+                };
+                let extra = [
+                    (l.virtual_stages > 1).then(|| format!("interleaved ×{}", l.virtual_stages)),
+                    (l.recompute != "none").then(|| format!("{} recompute", l.recompute)),
+                    (l.offload != "none").then(|| format!("offload {}", l.offload)),
+                ]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join(", ");
+                html! {
+                    <tr class={classes!(current.then_some("gm-current"))}>
+                        <td>{ i + 1 }</td>
+                        <td>{ format!("{}×{}×{}×{}×{}", l.dp, l.tp, l.pp, l.cp, l.ep) }</td>
+                        <td>{ zero }</td>
+                        <td>{ format!("{} × {}", l.micro_batch, l.grad_accum) }</td>
+                        <td>{ extra }</td>
+                        <td class="gm-num">{ gib(c.device_bytes as f64) }</td>
+                        <td class="gm-num">{ secs(c.step_seconds) }</td>
+                        <td><button type="button" class="gm-pill" {onclick}
+                            aria-label={format!("Use layout {}", i + 1)}>{ if current { "shown" } else { "use" } }</button></td>
+                    </tr>
+                }
+            })
+            .collect(),
+    };
+    let plan_caption = match &*plan {
+        Some(pl) => format!(
+            "Layouts of {gpus} GPUs for a global batch of {} sequences: {} of {} fit. Fastest first, by the planner's cost model.",
+            pl.global_batch, pl.fitting, pl.considered
+        ),
+        None => String::new(),
+    };
+
+    let over = !e.fits;
+    let worst = e
+        .stages
+        .iter()
+        .max_by_key(|st| st.peak_bytes)
+        .map(|st| format!(" (stage {}, the fullest)", st.stage))
+        .unwrap_or_default();
+    let summary = format!(
+        "{} on {gpus} GPUs (data {} × tensor {} × pipeline {} × context {} × expert {}), micro-batch {} × sequence {}: {} per GPU{worst} of {} — {}.",
+        e.model,
+        p.dp,
+        p.tp,
+        p.pp,
+        p.cp,
+        p.ep,
+        s.batch,
+        tokens(s.seq),
+        gib(e.device_bytes as f64),
+        gib(e.capacity_bytes as f64),
+        if over { "does not fit" } else { "fits" }
+    );
+    let paste_note = match &*paste {
+        None => html! {},
+        Some(Ok(m)) => html! { <p class="gm-note" role="status">{ m.clone() }</p> },
+        Some(Err(m)) => {
+            html! { <p class="gm-error" role="alert">{ format!("Not applied: {m}") }</p> }
+        }
+    };
+    html! {
+        <figure class="gm gm-parallelism" data-widget="parallelism" ref={root} aria-labelledby={title_id.clone()}
+            aria-describedby={summary_id.clone()}>
+            <figcaption class="gm-head" id={title_id}>
+                <span class="gm-title">{ "5D parallelism: memory per GPU" }</span>
+                <span class="gm-sub">{ format!("{} · {gpus} GPUs · {} · b={} · s={}", e.model, e.gpu, s.batch, tokens(s.seq)) }</span>
+            </figcaption>
+            <div class="gm-panels">
+                <fieldset class="gm-panel">
+                    <legend>{ "Model" }</legend>
+                    <Select id={format!("{uid}-model")} label="Preset" options={models} selected={model_sel} on_change={on_model} />
+                    { fields }
+                    <div class="gm-control gm-paste">
+                        <label for={format!("{uid}-config")}>{ "…or paste a config.json" }</label>
+                        <textarea id={format!("{uid}-config")} rows="3" spellcheck="false"
+                            placeholder="{\"model_type\": \"llama\", \"hidden_size\": 4096, …}" oninput={on_paste} />
+                    </div>
+                    { paste_note }
+                </fieldset>
+                <fieldset class="gm-panel">
+                    <legend>{ "Training" }</legend>
+                    <Num id={format!("{uid}-batch")} label="Micro-batch" value={s.batch} on_change={knob("batch")} />
+                    <Select id={format!("{uid}-seq")} label="Sequence" options={seqs} selected={s.seq.to_string()} on_change={choice("seq")} />
+                    <Num id={format!("{uid}-accum")} label="Gradient accumulation" value={p.grad_accum.max(1)} on_change={knob("grad-accum")} />
+                    <Select id={format!("{uid}-precision")} label="Precision" options={precisions} selected={precision} on_change={choice("precision")} />
+                    <Select id={format!("{uid}-recompute")} label="Recomputation"
+                        options={opts(&[("none", "none"), ("selective", "selective"), ("full", "full")])}
+                        selected={k.get("recompute").unwrap_or("none").to_string()} on_change={choice("recompute")} />
+                    <Select id={format!("{uid}-gpu")} label="GPU" options={gpu_opts} selected={gpu_sel} on_change={on_gpu} />
+                </fieldset>
+                <fieldset class="gm-panel">
+                    <legend>{ format!("Parallelism: {gpus} GPUs") }</legend>
+                    <Num id={format!("{uid}-dp")} label="Data (dp)" value={p.dp} on_change={knob("dp")} />
+                    <Num id={format!("{uid}-tp")} label="Tensor + sequence (tp)" value={p.tp} on_change={knob("tp")} />
+                    <Num id={format!("{uid}-pp")} label="Pipeline (pp)" value={p.pp} on_change={knob("pp")} />
+                    <Num id={format!("{uid}-cp")} label="Context (cp)" value={p.cp} on_change={knob("cp")} />
+                    <Num id={format!("{uid}-ep")} label="Expert (ep)" value={p.ep} on_change={knob("ep")} />
+                    <Select id={format!("{uid}-framework")} label="Framework"
+                        options={opts(&[("fsdp", "PyTorch FSDP"), ("deepspeed", "DeepSpeed"), ("megatron", "Megatron-LM")])}
+                        selected={framework.clone()} on_change={choice("framework")} />
+                    <RadioGroup id={format!("{uid}-zero")} label="Sharding" options={opts(zero_labels)}
+                        selected={p.zero.to_string()} on_change={choice("zero-stage")} />
+                    <Select id={format!("{uid}-offload")} label="Offload to CPU"
+                        options={opts(&[("none", "none"), ("optimizer", "optimizer states"), ("optimizer+params", "optimizer + parameters")])}
+                        selected={k.get("offload").unwrap_or("none").to_string()} on_change={choice("offload")} />
+                </fieldset>
+            </div>
+            if let Some(msg) = &*refused_msg {
+                <p class="gm-error" role="alert">{ format!("Not applied: {msg}") }</p>
+            }
+            <p class={classes!("gm-verdict", if over { "gm-over" } else { "gm-ok" })}>
+                { if over { format!("✗ {} per GPU{worst}: exceeds {} by {}", gib(e.device_bytes as f64), gib(e.capacity_bytes as f64), gib(-e.headroom_bytes as f64)) }
+                  else { format!("✓ {} per GPU{worst}, {} headroom", gib(e.device_bytes as f64), gib(e.headroom_bytes as f64)) } }
+            </p>
+            <svg class="gm-chart" viewBox={format!("0 0 {W} {H}")} role="img" aria-labelledby={summary_id.clone()}>
+                { stage_chart(&s, &e) }
+            </svg>
+            <ul class="gm-legend">
+                { for crate::allocator::buckets(&e).iter().filter(|b| b.bytes > 0.0).map(|b| html! {
+                    <li data-bucket={b.key}>
+                        <span class={classes!("gm-swatch", format!("gm-c-{}", b.key))} aria-hidden="true"></span>
+                        <span class="gm-name">{ b.label }</span>
+                        <span class="gm-num">{ gib(b.bytes) }</span>
+                    </li>
+                }) }
+            </ul>
+            <p class="gm-sr" id={summary_id} aria-live="polite">{ summary }</p>
+            { for e.notes.iter().map(|m| html! { <p class="gm-note">{ m.clone() }</p> }) }
+            <table class="gm-table gm-plan">
+                <caption>{ plan_caption }</caption>
+                <thead><tr>
+                    <th scope="col">{ "#" }</th><th scope="col">{ "dp×tp×pp×cp×ep" }</th><th scope="col">{ "Sharding" }</th>
+                    <th scope="col">{ "Micro-batch × steps" }</th><th scope="col">{ "Also" }</th>
+                    <th scope="col">{ "Per GPU" }</th><th scope="col">{ "Step (est.)" }</th><th scope="col"><span class="gm-sr">{ "Apply" }</span></th>
+                </tr></thead>
+                <tbody>{ plan_rows }</tbody>
+            </table>
+            <Toolbar name={format!("gpumem-parallelism-{uid}")} />
+        </figure>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn k(pairs: &[(&str, &str)]) -> Knobs {
+        Knobs(
+            pairs
+                .iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn an_edited_field_changes_only_that_field() {
+        let base = k(&[("model", "llama3.1-8b")]);
+        let s = base.scenario().unwrap();
+        let Model::Arch { arch, .. } = &s.model else {
+            panic!()
+        };
+        let n = with_field(&base, arch, "layers", 16);
+        let Model::Arch { arch: b, .. } = n.scenario().unwrap().model else {
+            panic!()
+        };
+        assert_eq!(b.layers, 16);
+        assert_eq!(
+            (b.hidden, b.kv_heads, b.vocab),
+            (arch.hidden, arch.kv_heads, arch.vocab)
+        );
+        assert!(n.get("model").is_none() && n.get("arch").is_some());
+    }
+
+    #[test]
+    fn a_planned_layout_reproduces_its_estimate() {
+        let base = k(&[
+            ("model", "llama3.1-70b"),
+            ("seq", "8k"),
+            ("dp", "4"),
+            ("tp", "8"),
+            ("zero-stage", "1"),
+            ("precision", "mixed-bf16"),
+        ]);
+        let s = base.scenario().unwrap();
+        let pl = gpumem::plan::plan(&request(&base, &s).unwrap());
+        assert!(!pl.best.is_empty());
+        for c in &pl.best {
+            let n = with_layout(&base, c);
+            let e = n.estimate().unwrap();
+            assert_eq!(e.device_bytes, c.device_bytes, "{:?}", c.layout);
+        }
+    }
+
+    #[test]
+    fn a_pasted_config_is_data() {
+        let base = k(&[("model", "llama3.1-8b")]);
+        let e =
+            with_config(&base, r#"{"model_type": "<img src=x onerror=alert(1)>"}"#).unwrap_err();
+        assert!(e.starts_with("config.json.model_type"), "{e}");
+        let e = with_config(&base, "{\"hidden_size\": 4096,").unwrap_err();
+        assert!(e.starts_with("config.json:1:"), "{e}");
+        let ok = with_config(
+            &base,
+            r#"{"model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336,
+                "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+                "vocab_size": 32000, "sliding_window": 4096}"#,
+        )
+        .unwrap();
+        let e = ok.estimate().unwrap();
+        assert_eq!(e.params, 7_241_732_096, "Mistral 7B's published count");
+    }
+}
