@@ -100,9 +100,17 @@ fn nothing_in_the_site_points_at_another_host() {
                 continue;
             }
             let text = read(&p);
+            // Links out (to the papers cited) are fine; loading anything from elsewhere is not.
+            for tag in text.split("<link").skip(1) {
+                let tag = &tag[..tag.find('>').unwrap_or(tag.len())];
+                assert!(
+                    !tag.contains("href=\"http"),
+                    "{}: loads from another host (<link{tag}>)",
+                    p.display()
+                );
+            }
             for needle in [
                 "src=\"http",
-                "href=\"http",
                 "url(http",
                 "url(\"http",
                 "url('http",

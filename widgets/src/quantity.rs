@@ -25,13 +25,18 @@ pub fn value(e: &Estimate, q: &str) -> Option<f64> {
         "headroom" => e.headroom_bytes as f64,
         "capacity" => e.capacity_bytes as f64,
         "device" => e.device_bytes as f64,
+        "cuda_context" => e.cuda_context_bytes as f64,
+        "reserve" => e.allocator_reserve_bytes as f64,
         _ => return None,
     })
 }
 
 /// A quantity as prose shows it. `format`: gib (default), gb, bytes, percent (of the
-/// device's capacity), count.
+/// device's capacity), count, phase (the moment the peak is reached, in words).
 pub fn show(e: &Estimate, q: &str, format: &str) -> String {
+    if format == "phase" {
+        return e.peak_phase.clone();
+    }
     let Some(v) = value(e, q) else {
         return "?".into();
     };

@@ -16,6 +16,7 @@ pub mod precision;
 pub mod presets;
 pub mod scenario;
 pub mod tape;
+pub mod validation;
 
 pub use error::{Error, Result};
 pub use estimate::{estimate, Estimate};

@@ -16,8 +16,9 @@ use std::ops::Range;
 use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd};
 
 mod preprocess;
+pub mod validation;
 use gpumem::knobs::{self, shown};
-pub use preprocess::{preprocess, GpumemPreprocessor};
+pub use preprocess::{number_formulas, preprocess, preprocess_at, GpumemPreprocessor};
 use serde_json::Value;
 
 /// The widgets a directive can name.
@@ -31,6 +32,7 @@ pub const WIDGETS: &[&str] = &[
     "sweep",
     "value",
     "formula",
+    "validation",
 ];
 
 /// Attributes every widget takes: they describe the scenario (and how the widget shares it).
@@ -51,6 +53,7 @@ fn widget_attrs(widget: &str) -> &'static [&'static str] {
         "zero" => &["gpus", "references", "segments"],
         "sweep" => &["axis", "from", "to"],
         "value" => &["format"],
+        "validation" => &["data"],
         _ => &[],
     }
 }
@@ -80,6 +83,8 @@ pub const QUANTITIES: &[&str] = &[
     "headroom",
     "capacity",
     "device",
+    "cuda_context",
+    "reserve",
 ];
 
 /// One directive found in a chapter.
@@ -306,7 +311,7 @@ fn allowed_values(key: &str) -> Option<&'static [&'static str]> {
         "show-breakdown" => &["true", "false"],
         "scope" => &["page", "local"],
         "axis" => &["seq", "batch", "gpus"],
-        "format" => &["gib", "gb", "bytes", "percent", "count"],
+        "format" => &["gib", "gb", "bytes", "percent", "count", "phase"],
         _ => return None,
     })
 }

@@ -15,6 +15,15 @@ use gpumem_widgets::INLINE;
 /// Expand every directive of one chapter into its widget's HTML. `file` names the chapter in
 /// errors (`book/intro.md`); every problem is reported, each as `FILE:LINE: what is wrong`.
 pub fn preprocess(file: &str, src: &str) -> std::result::Result<String, Vec<String>> {
+    preprocess_at(Path::new("."), file, src)
+}
+
+/// [`preprocess`] for a book whose root (where `tests/data` is) is `root`.
+pub fn preprocess_at(
+    root: &Path,
+    file: &str,
+    src: &str,
+) -> std::result::Result<String, Vec<String>> {
     let directives =
         parse_chapter(src).map_err(|errs| errs.iter().map(|e| e.at(file)).collect::<Vec<_>>())?;
     let mut errors = Vec::new();
@@ -47,6 +56,18 @@ pub fn preprocess(file: &str, src: &str) -> std::result::Result<String, Vec<Stri
                 "{file}:{}: the {} widget is a block: put its directive on a line of its own",
                 d.line, d.widget
             ));
+            continue;
+        }
+        if d.widget == "validation" {
+            let data = d
+                .attrs
+                .iter()
+                .find(|(k, _)| k == "data")
+                .map_or(crate::validation::DEFAULT_DATA, |(_, v)| v.as_str());
+            match crate::validation::render(root, data) {
+                Ok(html) => out.replace_range(d.span.clone(), &format!("\n\n{html}\n\n")),
+                Err(e) => errors.push(format!("{file}:{}: {e}", d.line)),
+            }
             continue;
         }
         let init = Init {
@@ -132,6 +153,78 @@ pub fn number_formulas(src: &str, chapter: Option<&str>) -> String {
     out
 }
 
+/// How a section is cited: the book's title and authors, the year, and the address the
+/// site is published at (empty: addresses relative to the site).
+#[derive(Clone, Debug, Default)]
+pub struct Citation {
+    pub book: String,
+    pub authors: String,
+    pub year: String,
+    pub url: String,
+}
+
+/// After every `## Heading {#id}` (outside code fences), a "Cite this" box with the section's
+/// reference as plain text and as BibTeX. `page` is the chapter's HTML file, `chapter` its
+/// number and title. Every `##` must carry an explicit id: that is what keeps citations
+/// stable when a heading's words change.
+pub fn cite_sections(
+    src: &str,
+    file: &str,
+    page: &str,
+    chapter: &str,
+    c: &Citation,
+) -> std::result::Result<String, Vec<String>> {
+    let mut out = String::with_capacity(src.len() * 2);
+    let mut errors = Vec::new();
+    let mut fence = false;
+    for (i, line) in src.split_inclusive('\n').enumerate() {
+        out.push_str(line);
+        let t = line.trim_end();
+        if t.starts_with("```") || t.starts_with("~~~") {
+            fence = !fence;
+        }
+        if fence || !t.starts_with("## ") {
+            continue;
+        }
+        let Some((title, id)) = t[3..]
+            .rsplit_once("{#")
+            .and_then(|(title, rest)| Some((title.trim(), rest.strip_suffix('}')?)))
+        else {
+            errors.push(format!(
+                "{file}:{}: give this section a stable id to cite: `{t} {{#some-id}}`",
+                i + 1
+            ));
+            continue;
+        };
+        let href = format!("{}{page}#{id}", c.url);
+        let key = format!("gpumem-{}-{id}", page.trim_end_matches(".html"));
+        let plain = format!(
+            "{}. “{}”, in {}, {chapter}. {}. {href}",
+            c.authors, title, c.book, c.year
+        );
+        let bib = format!(
+            "@misc{{{key},\n  author = {{{{{}}}}},\n  title = {{{{{}}}: {chapter}, {title}}},\n  year = {{{}}},\n  howpublished = {{\\url{{{href}}}}}\n}}",
+            c.authors, c.book, c.year
+        );
+        out.push_str(&format!(
+            "\n<details class=\"gm-cite\"><summary>Cite this section</summary><p>{}</p><pre><code class=\"nohighlight\">{}</code></pre></details>\n\n",
+            esc(&plain),
+            esc(&bib)
+        ));
+    }
+    if errors.is_empty() {
+        Ok(out)
+    } else {
+        Err(errors)
+    }
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
 fn line_number(msg: &str) -> usize {
     msg.split(':')
         .nth(1)
@@ -172,6 +265,19 @@ impl Preprocessor for GpumemPreprocessor {
 
     fn run(&self, ctx: &PreprocessorContext, mut book: Book) -> Result<Book> {
         let src_dir = ctx.config.book.src.clone();
+        let opt = |k: &str| -> String {
+            ctx.config
+                .get::<String>(&format!("preprocessor.gpumem.{k}"))
+                .ok()
+                .flatten()
+                .unwrap_or_default()
+        };
+        let cite = Citation {
+            book: ctx.config.book.title.clone().unwrap_or_default(),
+            authors: ctx.config.book.authors.join(" and "),
+            year: opt("cite-year"),
+            url: opt("cite-url"),
+        };
         let mut errors = Vec::new();
         book.for_each_mut(|item| {
             let BookItem::Chapter(ch) = item else { return };
@@ -184,7 +290,17 @@ impl Preprocessor for GpumemPreprocessor {
                 .number
                 .as_ref()
                 .map(|n| n.to_string().trim_end_matches('.').to_string());
-            match preprocess(&file, &ch.content) {
+            let page = path
+                .with_extension("html")
+                .to_string_lossy()
+                .replace('\\', "/");
+            let chapter = match &number {
+                Some(n) => format!("chapter {n}, {}", ch.name),
+                None => ch.name.clone(),
+            };
+            let done = preprocess_at(&ctx.root, &file, &ch.content)
+                .and_then(|c| cite_sections(&c, &file, &page, &chapter, &cite));
+            match done {
                 Ok(c) => ch.content = number_formulas(&c, number.as_deref()),
                 Err(mut e) => errors.append(&mut e),
             }
@@ -265,6 +381,36 @@ mod tests {
         assert!(e[0].contains("segments: segment 1"), "{e:?}");
         let e = preprocess("book/x.md", "a\n\n{{#gpumem formula activations}}\n").unwrap_err();
         assert!(e[0].contains("has no closed form"), "{e:?}");
+    }
+
+    #[test]
+    fn every_section_can_be_cited_by_its_stable_id() {
+        let c = Citation {
+            book: "Where GPU memory goes".into(),
+            authors: "the gpumem team".into(),
+            year: "2026".into(),
+            url: String::new(),
+        };
+        let src = "# Activations\n\n## Selective recomputation {#selective-recomputation}\n\ntext\n\n```\n## not a heading\n```\n";
+        let out = cite_sections(
+            src,
+            "book/a.md",
+            "activations.html",
+            "chapter 4, Activations",
+            &c,
+        )
+        .unwrap();
+        assert_eq!(out.matches("<details class=\"gm-cite\">").count(), 1);
+        assert!(out.contains("activations.html#selective-recomputation"));
+        assert!(out.contains("@misc{gpumem-activations-selective-recomputation,"));
+        assert!(out.contains(
+            "“Selective recomputation”, in Where GPU memory goes, chapter 4, Activations. 2026."
+        ));
+        let e = cite_sections("## No id\n", "book/a.md", "a.html", "A", &c).unwrap_err();
+        assert!(
+            e[0].starts_with("book/a.md:1: give this section a stable id"),
+            "{e:?}"
+        );
     }
 
     #[test]

@@ -1,0 +1,179 @@
+//! `{{#gpumem validation}}`: the table, the scatter plot and the statistics of predicted
+//! against measured peaks, computed at build time from the calibration data (never typed).
+
+use std::fmt::Write;
+use std::path::Path;
+
+use gpumem::validation::{validate, Report};
+
+/// Where the data is, relative to the book's root, unless the directive says `data=`.
+pub const DEFAULT_DATA: &str = "tests/data/calibration-scenarios.jsonl";
+
+const GIB: f64 = 1073741824.0;
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// The chapter's HTML for the data at `root/data`, or what is wrong with it.
+pub fn render(root: &Path, data: &str) -> Result<String, String> {
+    let path = root.join(data);
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{data}: {e}"))?;
+    let r = validate(&text).map_err(|e| format!("{data}: {e}"))?;
+    Ok(format!(
+        "<div class=\"gm-validation\">{}{}{}</div>",
+        stats(&r),
+        scatter(&r),
+        table(&r)
+    ))
+}
+
+fn stats(r: &Report) -> String {
+    let done = r.rows.iter().filter(|x| x.measured.is_some()).count();
+    format!(
+        "<ul class=\"gm-stats\"><li><strong>{}</strong> runs, {done} completed and {} out of memory</li>\
+         <li>median |error| <strong>{:.1} %</strong>, largest <strong>{:.1} %</strong> (goals: 5 % and 15 %)</li>\
+         <li>fits / out-of-memory verdicts right: <strong>{} of {}</strong></li>\
+         <li>parameter counts and KV-cache sizes exact: <strong>{} of {}</strong></li></ul>",
+        r.rows.len(),
+        r.rows.len() - done,
+        r.median_abs * 100.0,
+        r.worst_abs * 100.0,
+        r.verdicts_right,
+        r.rows.len(),
+        r.counts_exact,
+        r.rows.len()
+    )
+}
+
+/// Measured (x) against predicted (y), both on log axes, with the diagonal and ±5 % lines.
+fn scatter(r: &Report) -> String {
+    let pts: Vec<(f64, f64, &str)> = r
+        .rows
+        .iter()
+        .filter_map(|x| {
+            x.measured
+                .map(|m| (m / GIB, x.predicted / GIB, x.name.as_str()))
+        })
+        .collect();
+    let lo = pts
+        .iter()
+        .map(|p| p.0.min(p.1))
+        .fold(f64::INFINITY, f64::min);
+    let hi = pts.iter().map(|p| p.0.max(p.1)).fold(0.0, f64::max);
+    let (lo, hi) = (lo.log10().floor(), hi.log10().ceil());
+    let (w, h, pad) = (420.0, 420.0, 48.0);
+    let sx = |v: f64| pad + (v.log10() - lo) / (hi - lo) * (w - pad - 12.0);
+    let sy = |v: f64| h - pad - (v.log10() - lo) / (hi - lo) * (h - pad - 12.0);
+    let mut s = format!(
+        "<figure class=\"gm gm-scatter\" role=\"figure\" aria-label=\"Predicted against measured peak, {} runs\">\
+         <svg class=\"gm-chart\" viewBox=\"0 0 {w} {h}\" role=\"img\" aria-label=\"Scatter plot: every point lies on the diagonal within {:.1} %\">",
+        pts.len(),
+        r.worst_abs * 100.0
+    );
+    let mut d = 10f64.powf(lo);
+    while d <= 10f64.powf(hi) * 1.0001 {
+        let _ = write!(
+            s,
+            "<g class=\"gm-tick\"><line class=\"gm-grid\" x1=\"{pad}\" x2=\"{:.1}\" y1=\"{:.1}\" y2=\"{:.1}\"/>\
+             <line class=\"gm-grid\" x1=\"{:.1}\" x2=\"{:.1}\" y1=\"12\" y2=\"{:.1}\"/>\
+             <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{d} GiB</text>\
+             <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{d}</text></g>",
+            w - 12.0,
+            sy(d),
+            sy(d),
+            sx(d),
+            sx(d),
+            h - pad,
+            pad - 4.0,
+            sy(d) + 4.0,
+            sx(d),
+            h - pad + 14.0
+        );
+        d *= 10.0;
+    }
+    let (a, b) = (10f64.powf(lo), 10f64.powf(hi));
+    for (k, class) in [(1.0, "gm-diag"), (1.05, "gm-band"), (0.95, "gm-band")] {
+        let _ = write!(
+            s,
+            "<line class=\"{class}\" x1=\"{:.1}\" y1=\"{:.1}\" x2=\"{:.1}\" y2=\"{:.1}\"/>",
+            sx(a),
+            sy(a * k),
+            sx(b / k.max(1.0)),
+            sy(b / k.max(1.0) * k)
+        );
+    }
+    for (m, p, name) in &pts {
+        let _ = write!(
+            s,
+            "<circle class=\"gm-dot\" cx=\"{:.1}\" cy=\"{:.1}\" r=\"3.5\"><title>{}: measured {m:.2} GiB, predicted {p:.2} GiB</title></circle>",
+            sx(*m),
+            sy(*p),
+            esc(name)
+        );
+    }
+    let _ = write!(
+        s,
+        "<text class=\"gm-axis-label\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">measured peak (torch.cuda.max_memory_allocated)</text>\
+         <text class=\"gm-axis-label\" transform=\"translate(12 {:.1}) rotate(-90)\" text-anchor=\"middle\">predicted peak</text></svg>\
+         <figcaption>Each dot is one run on the H100; the solid line is a perfect prediction, the dashed lines ±5 %.</figcaption></figure>",
+        (w + pad) / 2.0,
+        h - 8.0,
+        (h - pad) / 2.0
+    );
+    s
+}
+
+fn table(r: &Report) -> String {
+    let mut s = String::from(
+        "<table class=\"gm-table\"><thead><tr><th scope=\"col\">Run</th><th scope=\"col\">Measured</th>\
+         <th scope=\"col\">Predicted</th><th scope=\"col\">Error</th></tr></thead><tbody>",
+    );
+    for x in &r.rows {
+        let (m, err) = match (x.measured, x.error()) {
+            (Some(m), Some(e)) => (
+                format!("{:.2} GiB", m / GIB),
+                format!("{:+.1} %", e * 100.0),
+            ),
+            _ => (
+                "out of memory".to_string(),
+                if x.verdict_right {
+                    "predicted: does not fit".to_string()
+                } else {
+                    "predicted: fits ✗".to_string()
+                },
+            ),
+        };
+        let _ = write!(
+            s,
+            "<tr><td>{}</td><td class=\"gm-num\">{m}</td><td class=\"gm-num\">{:.2} GiB</td><td class=\"gm-num\">{err}</td></tr>",
+            esc(&x.name),
+            x.predicted / GIB
+        );
+    }
+    s.push_str("</tbody></table>");
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_chapter_comes_from_the_data() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let html = render(&root, DEFAULT_DATA).unwrap();
+        let r = validate(&std::fs::read_to_string(root.join(DEFAULT_DATA)).unwrap()).unwrap();
+        assert_eq!(
+            html.matches("<circle").count(),
+            r.rows.iter().filter(|x| x.measured.is_some()).count()
+        );
+        assert_eq!(html.matches("<tr><td>").count(), r.rows.len());
+        assert!(html.contains(&format!("{:.1} %</strong>, largest", r.median_abs * 100.0)));
+        let e = render(&root, "no/such.jsonl").unwrap_err();
+        assert!(e.starts_with("no/such.jsonl:"), "{e}");
+    }
+}
