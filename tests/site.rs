@@ -589,11 +589,7 @@ fn zero_keys_presets_stages_and_log_steps() {
         search.as_str().unwrap().contains("zero-stage=1"),
         "{search}"
     );
-    let console = c.console().unwrap();
-    assert!(
-        console.iter().all(|m| m["level"] != "SEVERE"),
-        "console: {console:?}"
-    );
+    assert_no_console_errors(&c);
 }
 
 fn wait_widget(c: &Chrome, widget: &str) {
@@ -694,11 +690,7 @@ fn the_5d_panel_takes_a_pasted_config_refuses_a_hostile_one_and_applies_a_planne
         Duration::from_secs(5),
     )
     .unwrap();
-    let console = c.console().unwrap();
-    assert!(
-        console.iter().all(|m| m["level"] != "SEVERE"),
-        "console: {console:?}"
-    );
+    assert_no_console_errors(&c);
 }
 
 #[test]
@@ -753,4 +745,13 @@ fn the_precision_recipes_and_parts_drive_the_page() {
         )
         .unwrap();
     assert_eq!((role.as_str(), name.as_str()), ("combobox", "Weights"));
+}
+
+/// No error in the browser console since the last look.
+fn assert_no_console_errors(c: &Chrome) {
+    let console = c.console().unwrap();
+    assert!(
+        console.iter().all(|m| m["level"] != "SEVERE"),
+        "console: {console:?}"
+    );
 }

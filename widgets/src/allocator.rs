@@ -118,6 +118,39 @@ pub fn bar(slices: &[Bucket], by_slice: bool, total: f64, cap: f64) -> Html {
     }
 }
 
+/// The legend: a swatch, a name and a size per slice; empty slices only when in `always`.
+pub fn legend(slices: &[Bucket], always: &[&str]) -> Html {
+    html! {
+        <ul class="gm-legend">
+            { for slices.iter().filter(|b| b.bytes > 0.0 || always.contains(&b.key)).map(|b| html! {
+                <li data-bucket={b.key}>
+                    <span class={classes!("gm-swatch", format!("gm-c-{}", b.key))} aria-hidden="true"></span>
+                    <span class="gm-name">{ b.label }</span>
+                    <span class="gm-num">{ gib(b.bytes) }</span>
+                </li>
+            }) }
+        </ul>
+    }
+}
+
+/// The page's knobs through the engine first: a change it refuses is not applied, and the
+/// returned message (for a `role=alert`) says why; the page keeps its state.
+#[hook]
+pub fn use_checked_set(set: Callback<Knobs>) -> (Callback<Knobs>, Option<String>) {
+    let refused = use_state(|| None::<String>);
+    let try_set = {
+        let refused = refused.clone();
+        Callback::from(move |n: Knobs| match n.scenario() {
+            Ok(_) => {
+                refused.set(None);
+                set.emit(n)
+            }
+            Err(e) => refused.set(Some(e.to_string())),
+        })
+    };
+    (try_set, (*refused).clone())
+}
+
 /// Slices the legend always lists, even when empty at the peak (gradients often are).
 const CORE: &[&str] = &[
     "weights",
@@ -392,19 +425,7 @@ pub fn Allocator(init: &Init) -> Html {
                 }
             );
             let slices = buckets(&est);
-            let legend = show_breakdown.then(|| {
-                html! {
-                    <ul class="gm-legend">
-                        { for slices.iter().filter(|b| b.bytes > 0.0 || CORE.contains(&b.key)).map(|b| html! {
-                            <li data-bucket={b.key}>
-                                <span class={classes!("gm-swatch", format!("gm-c-{}", b.key))} aria-hidden="true"></span>
-                                <span class="gm-name">{ b.label }</span>
-                                <span class="gm-num">{ gib(b.bytes) }</span>
-                            </li>
-                        }) }
-                    </ul>
-                }
-            });
+            let legend = show_breakdown.then(|| legend(&slices, CORE));
             let grads_later = !inference
                 && est.gradients_bytes > 0
                 && est.components.get("gradients").copied().unwrap_or(0) == 0;

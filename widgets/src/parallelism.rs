@@ -13,8 +13,10 @@ use gpumem::{gpu, hf, knobs, presets, Estimate, Scenario};
 use web_sys::{HtmlInputElement, HtmlTextAreaElement};
 use yew::prelude::*;
 
-use crate::allocator::{precision_label, slices_of, use_knobs, use_live_marker, Bucket};
-use crate::chart::{grid, n, refused, ticks, Toolbar};
+use crate::allocator::{
+    legend, precision_label, slices_of, use_checked_set, use_knobs, use_live_marker, Bucket,
+};
+use crate::chart::{grid, n, ticks, Toolbar};
 use crate::controls::{RadioGroup, Select};
 use crate::format::{gib, params, tokens};
 use crate::{Init, Knobs};
@@ -249,27 +251,16 @@ fn stage_chart(s: &Scenario, e: &Estimate) -> Html {
 pub fn Parallelism(init: &Init) -> Html {
     let (k, set) = use_knobs(init);
     let root = use_live_marker();
-    let refused_msg = use_state(|| None::<String>);
     let paste = use_state(|| None::<Result<String, String>>);
     let uid = &init.uid;
     let (title_id, summary_id) = (format!("{uid}-title"), format!("{uid}-summary"));
-    // A change the engine refuses is not applied: the reader sees why, the page keeps its state.
-    let try_set = {
-        let (set, refused_msg) = (set.clone(), refused_msg.clone());
-        Callback::from(move |n: Knobs| match n.scenario() {
-            Ok(_) => {
-                refused_msg.set(None);
-                set.emit(n)
-            }
-            Err(e) => refused_msg.set(Some(e.to_string())),
-        })
-    };
+    let (try_set, refused) = use_checked_set(set.clone());
     let got = k
         .scenario()
         .and_then(|s| gpumem::estimate(&s).map(|e| (s, e)));
     let (s, e) = match got {
         Ok(x) => x,
-        Err(err) => return refused("parallelism", root, err),
+        Err(err) => return crate::chart::refused("parallelism", root, err),
     };
     let plan: Rc<Option<Plan>> = use_memo(k.clone(), |k| {
         k.scenario()
@@ -553,7 +544,7 @@ pub fn Parallelism(init: &Init) -> Html {
                         selected={k.get("offload").unwrap_or("none").to_string()} on_change={choice("offload")} />
                 </fieldset>
             </div>
-            if let Some(msg) = &*refused_msg {
+            if let Some(msg) = &refused {
                 <p class="gm-error" role="alert">{ format!("Not applied: {msg}") }</p>
             }
             <p class={classes!("gm-verdict", if over { "gm-over" } else { "gm-ok" })}>
@@ -563,15 +554,7 @@ pub fn Parallelism(init: &Init) -> Html {
             <svg class="gm-chart" viewBox={format!("0 0 {W} {H}")} role="img" aria-labelledby={summary_id.clone()}>
                 { stage_chart(&s, &e) }
             </svg>
-            <ul class="gm-legend">
-                { for crate::allocator::buckets(&e).iter().filter(|b| b.bytes > 0.0).map(|b| html! {
-                    <li data-bucket={b.key}>
-                        <span class={classes!("gm-swatch", format!("gm-c-{}", b.key))} aria-hidden="true"></span>
-                        <span class="gm-name">{ b.label }</span>
-                        <span class="gm-num">{ gib(b.bytes) }</span>
-                    </li>
-                }) }
-            </ul>
+            { legend(&crate::allocator::buckets(&e), &[]) }
             <p class="gm-sr" id={summary_id} aria-live="polite">{ summary }</p>
             { for e.notes.iter().map(|m| html! { <p class="gm-note">{ m.clone() }</p> }) }
             <table class="gm-table gm-plan">

@@ -9,7 +9,7 @@ use gpumem::{Estimate, Scenario};
 use web_sys::HtmlSelectElement;
 use yew::prelude::*;
 
-use crate::allocator::{bar, buckets, use_knobs, use_live_marker};
+use crate::allocator::{bar, buckets, use_checked_set, use_knobs, use_live_marker};
 use crate::controls::RadioGroup;
 use crate::format::gib;
 use crate::{Init, Knobs};
@@ -174,20 +174,9 @@ fn bytes_per(d: Option<DType>) -> String {
 pub fn PrecisionPanel(init: &Init) -> Html {
     let (k, set) = use_knobs(init);
     let root = use_live_marker();
-    let refused = use_state(|| None::<String>);
     let uid = &init.uid;
     let (title_id, summary_id) = (format!("{uid}-title"), format!("{uid}-summary"));
-    // A change the engine refuses is not applied: the reader sees why, the page keeps its state.
-    let try_set = {
-        let (set, refused) = (set.clone(), refused.clone());
-        Callback::from(move |n: Knobs| match n.scenario() {
-            Ok(_) => {
-                refused.set(None);
-                set.emit(n)
-            }
-            Err(e) => refused.set(Some(e.to_string())),
-        })
-    };
+    let (try_set, refused) = use_checked_set(set.clone());
     let got = k
         .scenario()
         .and_then(|s| gpumem::estimate(&s).map(|e| (s, e)));
@@ -264,7 +253,7 @@ pub fn PrecisionPanel(init: &Init) -> Html {
                     <th scope="col">{ "Bytes per value" }</th><th scope="col">{ "On this GPU" }</th></tr></thead>
                 <tbody>{ rows }</tbody>
             </table>
-            if let Some(msg) = &*refused {
+            if let Some(msg) = &refused {
                 <p class="gm-error" role="alert">{ format!("Not applied: {msg}") }</p>
             }
             <p class="gm-total">
