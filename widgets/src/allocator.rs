@@ -175,7 +175,7 @@ thread_local! {
             .into_iter()
             .map(|p| Rung { name: p.name, params: p.arch.params().total })
             .collect();
-        v.sort_by_key(|r| (r.params, r.name));
+        gpumem::order::sort_by(&mut v, |a, b| (a.params, a.name).cmp(&(b.params, b.name)));
         Rc::new(v)
     };
 }
@@ -202,7 +202,7 @@ fn seq_steps(min: u64, max: u64, current: u64) -> Vec<u64> {
         .collect();
     if !v.contains(&current) {
         v.push(current);
-        v.sort_unstable();
+        gpumem::order::sort(&mut v);
     }
     v
 }

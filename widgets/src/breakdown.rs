@@ -1,6 +1,7 @@
 //! The annotated per-GPU breakdown: one stacked column of what is alive at the step's peak,
 //! each slice labelled with its size and where it comes from, against the GPU's capacity.
 
+use gpumem::num::{fixed, short};
 use gpumem::scenario::{Mode, Model, Recompute};
 use gpumem::{Estimate, Scenario};
 use yew::prelude::*;
@@ -18,14 +19,14 @@ pub fn why(key: &str, s: &Scenario, e: &Estimate) -> String {
             Some(m) if s.mode == Mode::Train => format!(
                 "{} parameters × {} B ({}) + {} master copy",
                 params(e.params),
-                p.weights.bytes(),
+                short(p.weights.bytes()),
                 p.weights,
                 m
             ),
             _ => format!(
                 "{} parameters × {} B ({})",
                 params(e.params),
-                p.weights.bytes(),
+                short(p.weights.bytes()),
                 p.weights
             ),
         },
@@ -34,15 +35,18 @@ pub fn why(key: &str, s: &Scenario, e: &Estimate) -> String {
         }
         "gradients" => format!("one per trainable parameter, {}", p.grads),
         "optimizer" => format!(
-            "{}: {:.0} B per trainable parameter",
+            "{}: {} B per trainable parameter",
             s.optimizer.name(),
-            e.optimizer_states_bytes as f64
-                * if s.parallel.zero >= 1 {
-                    s.parallel.shard_ranks() as f64
-                } else {
-                    1.0
-                }
-                / e.trainable_params.max(1) as f64
+            fixed(
+                e.optimizer_states_bytes as f64
+                    * if s.parallel.zero >= 1 {
+                        s.parallel.shard_ranks() as f64
+                    } else {
+                        1.0
+                    }
+                    / e.trainable_params.max(1) as f64,
+                0
+            )
         ),
         "kv" => "keys and values of every layer and token".into(),
         "activations" => format!(
@@ -161,7 +165,7 @@ pub fn Breakdown(init: &Init) -> Html {
                 <span class="gm-title">{ "Per-GPU memory at the peak" }</span>
                 <span class="gm-sub">{ format!("{} · b={} · s={} · {}", e.model, s.batch, tokens(s.seq), s.precision.name) }</span>
             </figcaption>
-            <svg class="gm-chart" viewBox={format!("0 0 {W} {H}")} role="img" aria-labelledby={summary_id.clone()}>
+            <svg class="gm-chart" viewBox={format!("0 0 {} {}", W as u32, H as u32)} role="img" aria-labelledby={summary_id.clone()}>
                 { axis }
                 { rects }
                 <line class="gm-capline" x1={n(BAR_X - 10.0)} x2={n(BAR_X + BAR_W + 10.0)} y1={n(y(cap))} y2={n(y(cap))} />

@@ -1,5 +1,6 @@
 //! Pieces the SVG charts share: scales, ticks, and the toolbar every chart carries.
 
+use gpumem::num::fixed;
 use yew::prelude::*;
 
 const GIB: f64 = 1073741824.0;
@@ -24,15 +25,15 @@ pub fn tick_label(bytes: f64) -> String {
     if g == 0.0 {
         "0".into()
     } else if (g - g.round()).abs() < 1e-9 {
-        format!("{g:.0} GiB")
+        format!("{} GiB", fixed(g, 0))
     } else {
-        format!("{g:.1} GiB")
+        format!("{} GiB", fixed(g, 1))
     }
 }
 
 /// Numbers in SVG attributes: two decimals are plenty.
 pub fn n(x: f64) -> String {
-    format!("{x:.2}")
+    fixed(x, 2)
 }
 
 /// Horizontal grid lines with their GiB labels, from `left` to `right`; `y` maps bytes.

@@ -1,14 +1,16 @@
 //! How numbers read in the widgets and the prose.
 
+use gpumem::num::fixed;
+
 const GIB: f64 = 1073741824.0;
 
 /// Bytes as GiB: one decimal, two below 1 GiB ("52.7 GiB", "0.50 GiB").
 pub fn gib(bytes: f64) -> String {
     let g = bytes / GIB;
     if g.abs() < 1.0 {
-        format!("{g:.2} GiB")
+        format!("{} GiB", fixed(g, 2))
     } else {
-        format!("{g:.1} GiB")
+        format!("{} GiB", fixed(g, 1))
     }
 }
 
@@ -17,7 +19,7 @@ pub fn tokens(n: u64) -> String {
     if n >= 1024 && n.is_multiple_of(1024) {
         format!("{}K", n / 1024)
     } else if n >= 1024 && n.is_multiple_of(512) {
-        format!("{:.1}K", n as f64 / 1024.0)
+        format!("{}K", fixed(n as f64 / 1024.0, 1))
     } else {
         n.to_string()
     }
@@ -27,11 +29,11 @@ pub fn tokens(n: u64) -> String {
 pub fn params(n: u64) -> String {
     let x = n as f64;
     if x >= 99.95e9 {
-        format!("{:.0}B", x / 1e9)
+        format!("{}B", fixed(x / 1e9, 0))
     } else if x >= 1e9 {
-        format!("{:.1}B", x / 1e9)
+        format!("{}B", fixed(x / 1e9, 1))
     } else {
-        format!("{:.0}M", x / 1e6)
+        format!("{}M", fixed(x / 1e6, 0))
     }
 }
 
@@ -42,7 +44,7 @@ pub fn pct(part: f64, whole: f64) -> String {
     } else {
         0.0
     };
-    format!("{p:.3}%")
+    format!("{}%", fixed(p, 3))
 }
 
 /// Escape text for a double-quoted HTML attribute.

@@ -6,10 +6,10 @@
 //! same component and the same engine. Widgets whose scope is the page share one set of knobs
 //! (see [`store`]): moving a slider in one re-evaluates them all.
 
-use std::collections::BTreeMap;
-
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use yew::Properties;
+
+pub use strmap::StrMap;
 
 pub mod allocator;
 pub mod breakdown;
@@ -22,15 +22,16 @@ pub mod parallelism;
 pub mod precision;
 pub mod quantity;
 pub mod store;
+pub mod strmap;
 pub mod sweep;
 pub mod timeline;
 pub mod value;
 pub mod zero;
 
 /// The scenario's knobs (`gpumem::knobs` vocabulary): `model=llama3.1-8b`, `batch=4`, …
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(transparent)]
-pub struct Knobs(pub BTreeMap<String, String>);
+pub struct Knobs(pub StrMap);
 
 impl Knobs {
     pub fn get(&self, k: &str) -> Option<&str> {
@@ -69,24 +70,48 @@ impl Knobs {
 
 /// What a widget starts from: written by the book build into the host element, read back by
 /// the wasm when it hydrates.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Properties)]
+#[derive(Clone, Debug, PartialEq, Serialize, Properties)]
 pub struct Init {
     /// The widget's name (`allocator`, …).
     pub widget: String,
     /// An id unique on the page; element ids inside the widget derive from it.
     pub uid: String,
     /// The scenario the widget shows first.
-    #[serde(default)]
     pub knobs: Knobs,
     /// The widget's own attributes (`show-breakdown=false`, `seq-max=128k`, …).
-    #[serde(default)]
-    pub options: BTreeMap<String, String>,
+    pub options: StrMap,
     /// `scope=local`: the widget keeps its own knobs instead of the page's.
-    #[serde(default)]
     pub local: bool,
 }
 
 impl Init {
+    /// Read back what [`host_html`] wrote. By hand rather than by a serde derive: the derive's
+    /// error paths would bring float formatting into the wasm.
+    pub fn from_json(text: &str) -> Result<Init, String> {
+        let v: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let o = v.as_object().ok_or("must be a JSON object")?;
+        let text = |k: &str| {
+            o.get(k)
+                .and_then(|v| v.as_str())
+                .map(str::to_string)
+                .ok_or(format!("{k}: a string is required"))
+        };
+        let map = |k: &str| match o.get(k) {
+            None => Ok(StrMap::default()),
+            Some(v) => StrMap::from_json(v).ok_or(format!("{k}: must map names to strings")),
+        };
+        Ok(Init {
+            widget: text("widget")?,
+            uid: text("uid")?,
+            knobs: Knobs(map("knobs")?),
+            options: map("options")?,
+            local: match o.get("local") {
+                None => false,
+                Some(v) => v.as_bool().ok_or("local: must be true or false")?,
+            },
+        })
+    }
+
     pub fn option(&self, k: &str) -> Option<&str> {
         self.options.get(k).map(String::as_str)
     }
@@ -175,7 +200,7 @@ pub fn start() {
         .filter_map(|i| hosts.item(i))
         .filter_map(|n| wasm_bindgen::JsCast::dyn_into::<web_sys::Element>(n).ok())
         .filter_map(|el| el.get_attribute(HOST_ATTR))
-        .filter_map(|j| serde_json::from_str::<Init>(&j).ok())
+        .filter_map(|j| Init::from_json(&j).ok())
         .find(|i| !i.local);
     if let Some(d) = defaults {
         store::url::read(&d.knobs);
@@ -189,7 +214,7 @@ pub fn start() {
         };
         let Some(init) = el
             .get_attribute(HOST_ATTR)
-            .and_then(|j| serde_json::from_str::<Init>(&j).ok())
+            .and_then(|j| Init::from_json(&j).ok())
         else {
             continue;
         };
@@ -207,6 +232,49 @@ pub fn start() {
             "precision" => hydrate::<precision::PrecisionPanel>(el, init),
             "parallelism" => hydrate::<parallelism::Parallelism>(el, init),
             _ => continue,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn init_reads_back_what_the_book_writes() {
+        let init = Init {
+            widget: "sweep".into(),
+            uid: "w3".into(),
+            knobs: Knobs(
+                [("model", "llama3.1-8b"), ("seq", "8k")]
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            options: [("over".to_string(), "seq".to_string())]
+                .into_iter()
+                .collect(),
+            local: true,
+        };
+        let json = serde_json::to_string(&init).unwrap();
+        assert_eq!(Init::from_json(&json), Ok(init));
+        // Defaults, as the book omits nothing but a hand-written host may.
+        let bare = Init::from_json(r#"{"widget":"value","uid":"v1"}"#).unwrap();
+        assert!(bare.knobs.0.is_empty() && bare.options.is_empty() && !bare.local);
+        for (bad, why) in [
+            ("[]", "must be a JSON object"),
+            (r#"{"uid":"v1"}"#, "widget: a string is required"),
+            (
+                r#"{"widget":"value","uid":"v1","knobs":{"seq":4}}"#,
+                "knobs: must map",
+            ),
+            (
+                r#"{"widget":"value","uid":"v1","local":"yes"}"#,
+                "local: must be true",
+            ),
+        ] {
+            let e = Init::from_json(bad).unwrap_err();
+            assert!(e.starts_with(why), "{bad}: {e}");
         }
     }
 }

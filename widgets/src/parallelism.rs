@@ -3,6 +3,7 @@
 //! strategy, the per-GPU memory of every pipeline stage, and the planner's best layouts for
 //! the same GPU count, all recomputed as the inputs change.
 
+use gpumem::num::fixed;
 use std::rc::Rc;
 
 use gpumem::arch::{Architecture, Family};
@@ -129,11 +130,11 @@ pub fn with_layout(k: &Knobs, c: &Candidate) -> Knobs {
 /// Seconds, readably.
 fn secs(x: f64) -> String {
     if x >= 10.0 {
-        format!("{x:.0} s")
+        format!("{} s", fixed(x, 0))
     } else if x >= 1.0 {
-        format!("{x:.1} s")
+        format!("{} s", fixed(x, 1))
     } else {
-        format!("{:.0} ms", x * 1000.0)
+        format!("{} ms", fixed(x * 1000.0, 0))
     }
 }
 
@@ -551,7 +552,7 @@ pub fn Parallelism(init: &Init) -> Html {
                 { if over { format!("✗ {} per GPU{worst}: exceeds {} by {}", gib(e.device_bytes as f64), gib(e.capacity_bytes as f64), gib(-e.headroom_bytes as f64)) }
                   else { format!("✓ {} per GPU{worst}, {} headroom", gib(e.device_bytes as f64), gib(e.headroom_bytes as f64)) } }
             </p>
-            <svg class="gm-chart" viewBox={format!("0 0 {W} {H}")} role="img" aria-labelledby={summary_id.clone()}>
+            <svg class="gm-chart" viewBox={format!("0 0 {} {}", W as u32, H as u32)} role="img" aria-labelledby={summary_id.clone()}>
                 { stage_chart(&s, &e) }
             </svg>
             { legend(&crate::allocator::buckets(&e), &[]) }

@@ -3,6 +3,7 @@
 //! The bar below is the engine's peak for the same page state.
 
 use gpumem::dtype::DType;
+use gpumem::num::fixed;
 use gpumem::precision::{Optimizer, Precision};
 use gpumem::scenario::{Finetune, Mode};
 use gpumem::{Estimate, Scenario};
@@ -161,11 +162,7 @@ fn bytes_per(d: Option<DType>) -> String {
         None => "—".into(),
         Some(d) => {
             let b = d.bytes();
-            if b.fract() == 0.0 {
-                format!("{b:.0} B")
-            } else {
-                format!("{b:.3} B")
-            }
+            format!("{} B", fixed(b, if b.fract() == 0.0 { 0 } else { 3 }))
         }
     }
 }

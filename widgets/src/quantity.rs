@@ -1,6 +1,7 @@
 //! The quantities prose can cite (`{{#gpumem value activations}}`) and the formulas that
 //! produce them, each substituted with the current scenario's numbers.
 
+use gpumem::num::{fixed, short};
 use gpumem::scenario::{Finetune, Mode, Model};
 use gpumem::{Estimate, Scenario};
 
@@ -42,10 +43,10 @@ pub fn show(e: &Estimate, q: &str, format: &str) -> String {
     };
     let counted = matches!(q, "params" | "trainable_params");
     match format {
-        "bytes" => format!("{v:.0} B"),
-        "gb" => format!("{:.1} GB", v / 1e9),
-        "percent" => format!("{:.0} %", 100.0 * v / e.capacity_bytes.max(1) as f64),
-        "count" => format!("{v:.0}"),
+        "bytes" => format!("{} B", fixed(v, 0)),
+        "gb" => format!("{} GB", fixed(v / 1e9, 1)),
+        "percent" => format!("{} %", fixed(100.0 * v / e.capacity_bytes.max(1) as f64, 0)),
+        "count" => fixed(v, 0),
         _ if counted => params(v as u64),
         _ => gib(v),
     }
@@ -120,7 +121,7 @@ pub fn substitute(s: &Scenario, e: &Estimate, q: &str) -> Option<String> {
         "weights" if simple && !(deepspeed && n_w > 1) => format!(
             "W = {} × {} B ({}){} = {}",
             params(e.params),
-            p.weights.bytes(),
+            short(p.weights.bytes()),
             p.weights,
             over(n_w),
             gib(e.weights_bytes as f64)
@@ -130,7 +131,7 @@ pub fn substitute(s: &Scenario, e: &Estimate, q: &str) -> Option<String> {
             Some(m) => format!(
                 "M = {} × {} B ({m}){} = {}",
                 params(e.params),
-                m.bytes(),
+                short(m.bytes()),
                 over(n_os),
                 gib(e.master_weights_bytes as f64)
             ),
@@ -138,7 +139,7 @@ pub fn substitute(s: &Scenario, e: &Estimate, q: &str) -> Option<String> {
         "gradients" if simple && train && !deepspeed => format!(
             "G = {} × {} B ({}){} = {}",
             params(e.trainable_params),
-            p.grads.bytes(),
+            short(p.grads.bytes()),
             p.grads,
             over(n_g),
             gib(e.gradients_bytes as f64)
@@ -146,9 +147,9 @@ pub fn substitute(s: &Scenario, e: &Estimate, q: &str) -> Option<String> {
         "optimizer_states" if simple && train => {
             let k = e.optimizer_states_bytes as f64 * n_os as f64 / psi.max(1.0);
             format!(
-                "O = {} × {:.2} B ({}){} = {}",
+                "O = {} × {} B ({}){} = {}",
                 params(e.trainable_params),
-                k,
+                fixed(k, 2),
                 s.optimizer.name(),
                 over(n_os),
                 gib(e.optimizer_states_bytes as f64)
@@ -172,7 +173,7 @@ pub fn substitute(s: &Scenario, e: &Estimate, q: &str) -> Option<String> {
                 s.batch,
                 s.seq + s.new_tokens.max(1) - 1,
                 a.kv_elems_per_token_layer(),
-                p.compute().bytes(),
+                short(p.compute().bytes()),
                 gib(e.kv_cache_bytes as f64)
             )
         }

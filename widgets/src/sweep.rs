@@ -136,7 +136,7 @@ pub fn Sweep(init: &Init) -> Html {
                 <span class="gm-title">{ format!("Memory against {}", if knob == "dp" { "GPU count" } else { axis_name }) }</span>
                 <span class="gm-sub">{ k.get("model").unwrap_or(gpumem::knobs::DEFAULT_MODEL).to_string() }</span>
             </figcaption>
-            <svg class="gm-chart" viewBox={format!("0 0 {W} {H}")} role="img" aria-labelledby={summary_id.clone()}>
+            <svg class="gm-chart" viewBox={format!("0 0 {} {}", W as u32, H as u32)} role="img" aria-labelledby={summary_id.clone()}>
                 { grid(&tk, L, W - R, y) }
                 { for layers }
                 <line class="gm-capline" x1={n(L)} x2={n(W - R)} y1={n(y(cap))} y2={n(y(cap))} />

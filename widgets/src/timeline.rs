@@ -96,7 +96,7 @@ pub fn Timeline(init: &Init) -> Html {
                 <span class="gm-title">{ "Memory through one step" }</span>
                 <span class="gm-sub">{ format!("{} · b={} · s={}", e.model, k.count("batch", 1), tokens(k.count("seq", 2048))) }</span>
             </figcaption>
-            <svg class="gm-chart" viewBox={format!("0 0 {W} {H}")} role="img" aria-labelledby={summary_id.clone()}>
+            <svg class="gm-chart" viewBox={format!("0 0 {} {}", W as u32, H as u32)} role="img" aria-labelledby={summary_id.clone()}>
                 { grid(&tk, L, W - R, y) }
                 <polygon class="gm-area" points={area} />
                 <polyline class="gm-line" fill="none" points={line} />

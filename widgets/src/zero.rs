@@ -4,6 +4,7 @@
 //! formula of every slice with the current numbers.
 
 use gpumem::gpu;
+use gpumem::num::fixed;
 use yew::prelude::*;
 
 use crate::allocator::{use_knobs, use_live_marker};
@@ -27,7 +28,7 @@ pub fn engine_segments(k: &Knobs, n_params: f64) -> Vec<Segment> {
     let Ok(e) = k
         .without("dp")
         .without("zero-stage")
-        .with("params", format!("{n_params:.0}"))
+        .with("params", fixed(n_params, 0))
         .estimate()
     else {
         return Vec::new();
@@ -65,9 +66,7 @@ pub fn parse_segments(text: &str) -> Result<Vec<Segment>, String> {
                 i + 1
             ));
         };
-        let b: f64 = b
-            .parse()
-            .ok()
+        let b: f64 = gpumem::num::parse_f64(b)
             .filter(|x: &f64| x.is_finite() && *x >= 0.0 && *x <= 64.0)
             .ok_or(format!(
                 "segment {}: bytes per parameter must be 0–64",
@@ -161,9 +160,7 @@ pub fn Zero(init: &Init) -> Html {
     // Controls and keys.
     let set_params = {
         let (k, set) = (k.clone(), set.clone());
-        Callback::from(move |p: f64| {
-            set.emit(k.without("model").with("params", format!("{:.0}", p)))
-        })
+        Callback::from(move |p: f64| set.emit(k.without("model").with("params", fixed(p, 0))))
     };
     let pos = ((np.clamp(lo, hi).log10() - lo.log10()) / (hi.log10() - lo.log10()) * STEPS as f64)
         .round() as i64;
@@ -339,9 +336,5 @@ pub fn Zero(init: &Init) -> Html {
 }
 
 fn trim(x: f64) -> String {
-    if (x - x.round()).abs() < 1e-9 {
-        format!("{x:.0}")
-    } else {
-        format!("{x:.2}")
-    }
+    fixed(x, if (x - x.round()).abs() < 1e-9 { 0 } else { 2 })
 }

@@ -172,7 +172,10 @@ impl Architecture {
             ("embd_pdrop", self.dropout.embd),
         ] {
             if !(0.0..1.0).contains(&p) {
-                return Err(Error::new(f(k), format!("dropout {p} must be in [0, 1)")));
+                return Err(Error::new(
+                    f(k),
+                    format!("dropout {} must be in [0, 1)", crate::num::short(p)),
+                ));
             }
         }
         if let Some(m) = &self.moe {

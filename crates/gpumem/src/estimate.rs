@@ -300,11 +300,7 @@ fn estimate_layout(s: &Scenario, name: String, a: &Architecture) -> Result<Estim
 }
 
 fn trim(x: f64) -> String {
-    if x.fract() == 0.0 {
-        format!("{x}")
-    } else {
-        format!("{x:.2}")
-    }
+    crate::num::fixed(x, if x.fract() == 0.0 { 0 } else { 2 })
 }
 
 /// What one data-parallel rank keeps: the persistent states after ZeRO/FSDP sharding and

@@ -3,6 +3,7 @@
 //! Unknown keys are ignored (configs carry many that do not affect memory); a missing required
 //! key, or a value of the wrong type or range, is an error naming the key.
 
+use crate::num::short;
 use serde_json::{Map, Value};
 
 use crate::arch::{Activation, Architecture, Dropout, Family, Mla, Moe};
@@ -106,9 +107,9 @@ pub(crate) fn kind(v: &Value) -> &'static str {
 fn must_be_count(v: &Value) -> String {
     match v.as_f64() {
         Some(x) if x.is_nan() => "must be a positive integer, got NaN".into(),
-        Some(x) if x < 0.0 => format!("must be a positive integer, got {x}"),
-        Some(x) if x.fract() != 0.0 => format!("must be a whole number, got {x}"),
-        Some(x) => format!("{x} is too large"),
+        Some(x) if x < 0.0 => format!("must be a positive integer, got {}", short(x)),
+        Some(x) if x.fract() != 0.0 => format!("must be a whole number, got {}", short(x)),
+        Some(x) => format!("{} is too large", short(x)),
         None => format!("must be a positive integer, got {}", kind(v)),
     }
 }

@@ -54,8 +54,8 @@ pub const DEFAULT_MODEL: &str = "llama3.1-8b";
 
 /// A non-negative finite number (`capacity=80`, in GiB).
 pub fn number(key: &str, v: &str) -> Result<f64> {
-    match v.parse::<f64>() {
-        Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
+    match crate::num::parse_f64(v) {
+        Some(x) if x.is_finite() && x >= 0.0 => Ok(x),
         _ => Err(Error::new(
             key,
             format!("'{}' is not a non-negative number", shown(v)),
@@ -210,7 +210,7 @@ pub fn pairs(knob: &str, v: &str) -> Result<Value> {
         let (key, val) = (key.trim(), val.trim());
         let json = if let Ok(n) = val.parse::<u64>() {
             n.into()
-        } else if let Some(x) = val.parse::<f64>().ok().filter(|x| x.is_finite()) {
+        } else if let Some(x) = crate::num::parse_f64(val).filter(|x| x.is_finite()) {
             x.into()
         } else if val == "true" || val == "false" {
             Value::Bool(val == "true")

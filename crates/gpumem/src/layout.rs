@@ -530,7 +530,7 @@ pub(crate) fn notes(s: &Scenario, a: &Architecture) -> Vec<String> {
     if par.ep > 1 || a.moe.is_some() {
         n.push(format!(
             "experts: tokens evenly routed, capacity factor {}",
-            par.capacity_factor
+            crate::num::short(par.capacity_factor)
         ));
     }
     if s.precision.activations == crate::dtype::DType::F8 {

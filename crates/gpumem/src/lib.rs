@@ -11,6 +11,8 @@ pub mod hf;
 pub mod knobs;
 pub mod layout;
 pub mod megatron;
+pub mod num;
+pub mod order;
 pub mod plan;
 pub mod precision;
 pub mod presets;

@@ -296,7 +296,7 @@ fn parse_gpus(v: Option<&Value>) -> Result<Vec<u64>> {
     if counts.is_empty() || counts.len() > 4096 {
         return Err(bad("must name between 1 and 4,096 GPU counts".into()));
     }
-    counts.sort_unstable();
+    crate::order::sort(&mut counts);
     counts.dedup();
     Ok(counts)
 }
@@ -348,8 +348,9 @@ pub fn plan(req: &Request) -> Plan {
         counts.push((g, c, fit, before));
     }
     // Rank everything; confirm the listed ones with the full estimate.
-    let mut order: Vec<usize> = (0..sweep.found.len()).collect();
-    order.sort_by(|&i, &j| rank(&sweep.found[i], &sweep.found[j]));
+    let order = crate::order::sorted_indices(sweep.found.len(), &|i, j| {
+        rank(&sweep.found[i], &sweep.found[j])
+    });
     let best_of = |from: usize, to: usize| -> Option<usize> {
         (from..to).min_by(|&i, &j| rank(&sweep.found[i], &sweep.found[j]))
     };

@@ -763,7 +763,7 @@ fn parse_parallel(v: &Value) -> Result<Parallel> {
     if !(cf.is_finite() && (0.1..=64.0).contains(&cf)) {
         return Err(Error::new(
             o.path("capacity_factor"),
-            format!("must be between 0.1 and 64, got {cf}"),
+            format!("must be between 0.1 and 64, got {}", crate::num::short(cf)),
         ));
     }
     p.capacity_factor = cf;

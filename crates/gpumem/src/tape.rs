@@ -518,7 +518,7 @@ impl Tape {
             .enumerate()
             .filter_map(|(s, fs)| fs.map(|i| (i, s)))
             .collect();
-        release.sort_unstable();
+        crate::order::sort(&mut release);
         if self.tensors[out].rg {
             gbuf.push((self.tensors[out].bytes, 1, grad_cat(out)));
             grad_of[out] = Some(0);
