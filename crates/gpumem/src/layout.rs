@@ -10,8 +10,6 @@
 //! same dense layers, so dense states are replicated over `dp·cp·ep` ranks and routed experts
 //! over `dp·cp`; ZeRO/FSDP shards each over its own replicas.
 
-use std::collections::BTreeMap;
-
 use serde::Serialize;
 
 use crate::arch::Architecture;
@@ -29,7 +27,7 @@ pub struct StageEstimate {
     /// hold fractions: chunks ÷ virtual stages).
     pub micro_batches_in_flight: f64,
     pub peak_bytes: u64,
-    pub components: BTreeMap<String, u64>,
+    pub components: crate::components::Components,
 }
 
 /// Bytes on one GPU of one stage at its peak.
@@ -65,8 +63,8 @@ impl StageBytes {
         self.weights + self.master + self.optim + self.grads
     }
 
-    pub fn components(&self) -> BTreeMap<String, u64> {
-        let mut c = BTreeMap::new();
+    pub fn components(&self) -> crate::components::Components {
+        let mut c = crate::components::Components::new();
         for (k, v) in [
             ("weights", self.weights),
             ("master_weights", self.master),

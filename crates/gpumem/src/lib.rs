@@ -2,6 +2,7 @@
 //!
 //! scenario → architecture → parameter counts → bytes per component → per-GPU peak.
 pub mod arch;
+pub mod components;
 pub mod dtype;
 pub mod error;
 pub mod estimate;
