@@ -34,7 +34,7 @@ pub fn buckets(e: &Estimate) -> Vec<Bucket> {
 /// The slices of any set of components (an estimate's, or one pipeline stage's), with the
 /// CUDA context and allocator reserve as `overhead`.
 pub fn slices_of(
-    components: &gpumem::components::Components,
+    components: &gpumem::map::Components,
     training: bool,
     overhead: f64,
 ) -> Vec<Bucket> {

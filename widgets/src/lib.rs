@@ -9,7 +9,7 @@
 use serde::Serialize;
 use yew::Properties;
 
-pub use strmap::StrMap;
+pub use gpumem::map::StrMap;
 
 pub mod allocator;
 pub mod breakdown;
@@ -22,7 +22,6 @@ pub mod parallelism;
 pub mod precision;
 pub mod quantity;
 pub mod store;
-pub mod strmap;
 pub mod sweep;
 pub mod timeline;
 pub mod value;

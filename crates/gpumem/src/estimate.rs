@@ -30,7 +30,7 @@ pub struct Estimate {
     pub peak_bytes: u64,
     pub peak_phase: String,
     /// Bytes by component at the peak (they add up to `peak_bytes`).
-    pub components: crate::components::Components,
+    pub components: crate::map::Components,
     /// Weights + master weights + gradients + optimizer states on this GPU.
     pub model_states_bytes: u64,
     pub weights_bytes: u64,
@@ -157,7 +157,7 @@ pub fn estimate(s: &Scenario) -> Result<Estimate> {
             }
         }
     }
-    let mut components = crate::components::Components::new();
+    let mut components = crate::map::Components::new();
     components.insert("weights".to_string(), (weights + dp.fixed).round() as u64);
     if train {
         components.insert("master_weights".to_string(), master.round() as u64);

@@ -27,7 +27,7 @@ pub struct StageEstimate {
     /// hold fractions: chunks ÷ virtual stages).
     pub micro_batches_in_flight: f64,
     pub peak_bytes: u64,
-    pub components: crate::components::Components,
+    pub components: crate::map::Components,
 }
 
 /// Bytes on one GPU of one stage at its peak.
@@ -63,8 +63,8 @@ impl StageBytes {
         self.weights + self.master + self.optim + self.grads
     }
 
-    pub fn components(&self) -> crate::components::Components {
-        let mut c = crate::components::Components::new();
+    pub fn components(&self) -> crate::map::Components {
+        let mut c = crate::map::Components::new();
         for (k, v) in [
             ("weights", self.weights),
             ("master_weights", self.master),

@@ -2,7 +2,6 @@
 //!
 //! scenario → architecture → parameter counts → bytes per component → per-GPU peak.
 pub mod arch;
-pub mod components;
 pub mod dtype;
 pub mod error;
 pub mod estimate;
@@ -11,6 +10,7 @@ pub mod graph;
 pub mod hf;
 pub mod knobs;
 pub mod layout;
+pub mod map;
 pub mod megatron;
 pub mod num;
 pub mod order;
