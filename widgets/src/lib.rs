@@ -194,29 +194,20 @@ pub fn start() {
         return;
     };
     store::page_events::listen();
-    // The page's defaults are the first page-scoped widget's knobs; the URL may override them.
-    let defaults = (0..hosts.length())
+    // Each host's JSON is read once; a host whose JSON does not read stays as rendered.
+    let widgets: Vec<(web_sys::Element, Init)> = (0..hosts.length())
         .filter_map(|i| hosts.item(i))
         .filter_map(|n| wasm_bindgen::JsCast::dyn_into::<web_sys::Element>(n).ok())
-        .filter_map(|el| el.get_attribute(HOST_ATTR))
-        .filter_map(|j| Init::from_json(&j).ok())
-        .find(|i| !i.local);
-    if let Some(d) = defaults {
+        .filter_map(|el| {
+            let init = Init::from_json(&el.get_attribute(HOST_ATTR)?).ok()?;
+            Some((el, init))
+        })
+        .collect();
+    // The page's defaults are the first page-scoped widget's knobs; the URL may override them.
+    if let Some((_, d)) = widgets.iter().find(|(_, i)| !i.local) {
         store::url::read(&d.knobs);
     }
-    for i in 0..hosts.length() {
-        let Some(el) = hosts
-            .item(i)
-            .and_then(|n| wasm_bindgen::JsCast::dyn_into::<web_sys::Element>(n).ok())
-        else {
-            continue;
-        };
-        let Some(init) = el
-            .get_attribute(HOST_ATTR)
-            .and_then(|j| Init::from_json(&j).ok())
-        else {
-            continue;
-        };
+    for (el, init) in widgets {
         fn hydrate<C: yew::BaseComponent<Properties = Init>>(el: web_sys::Element, init: Init) {
             yew::Renderer::<C>::with_root_and_props(el, init).hydrate();
         }

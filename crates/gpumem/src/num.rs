@@ -179,9 +179,6 @@ pub fn short(x: f64) -> String {
         let keep = s.trim_end_matches('0').trim_end_matches('.').len();
         s.truncate(keep);
     }
-    if s == "-0" {
-        s.remove(0);
-    }
     s
 }
 
@@ -224,8 +221,8 @@ fn big_integer_digits(a: f64) -> String {
     let e = ((bits >> 52) & 0x7ff) as u32 - 1075;
     let m = (bits & ((1 << 52) - 1)) | (1 << 52);
     // Base 10^9 limbs, little end first: m, then doubled e times.
-    let mut limbs: Vec<u64> = vec![m % 1_000_000_000, m / 1_000_000_000 % 1_000_000_000];
-    limbs.push(m / 1_000_000_000_000_000_000);
+    // m < 2^53 < 10^18: two limbs.
+    let mut limbs: Vec<u64> = vec![m % 1_000_000_000, m / 1_000_000_000];
     for _ in 0..e {
         let mut carry = 0;
         for l in limbs.iter_mut() {
@@ -319,7 +316,9 @@ mod tests {
             }
         }
         assert_eq!(fixed(f64::NAN, 2), "NaN");
-        for x in [0.0, 2.0, 0.5, 1.125, 0.5625, 80.0, -1.5, 1e21, 123456.75] {
+        for x in [
+            0.0, -0.0, 2.0, 0.5, 1.125, 0.5625, 80.0, -1.5, 1e21, 123456.75,
+        ] {
             assert_eq!(short(x), format!("{x}"));
         }
         assert_eq!(fixed(f64::NEG_INFINITY, 1), "-inf");
