@@ -128,10 +128,9 @@ pub struct ParamCounts {
     pub total: u64,
 }
 
-/// Largest sizes accepted: beyond these a scenario is a typo, not a model.
-const MAX_DIM: u64 = 1 << 24; // 16.7M
-const MAX_LAYERS: u64 = 10_000;
-const MAX_VOCAB: u64 = 1 << 24;
+use crate::hf::{MAX_DIM, MAX_EXPERTS, MAX_FFN, MAX_LAYERS, MAX_VOCAB};
+
+/// Largest model accepted: beyond this a scenario is a typo, not a model.
 const MAX_PARAMS: u64 = 100_000_000_000_000; // 10^14
 
 impl Architecture {
@@ -155,7 +154,7 @@ impl Architecture {
         positive("num_attention_heads", self.heads, MAX_DIM)?;
         positive("num_key_value_heads", self.kv_heads, MAX_DIM)?;
         positive("head_dim", self.head_dim, MAX_DIM)?;
-        positive("intermediate_size", self.intermediate, MAX_DIM * 16)?;
+        positive("intermediate_size", self.intermediate, MAX_FFN)?;
         positive("vocab_size", self.vocab, MAX_VOCAB)?;
         if !self.heads.is_multiple_of(self.kv_heads) {
             return Err(Error::new(
@@ -179,13 +178,33 @@ impl Architecture {
             }
         }
         if let Some(m) = &self.moe {
-            positive("num_local_experts", m.experts, 1 << 16)?;
+            positive("num_local_experts", m.experts, MAX_EXPERTS)?;
             positive("num_experts_per_tok", m.top_k, m.experts)?;
-            positive("moe_intermediate_size", m.expert_intermediate, MAX_DIM * 16)?;
+            positive("moe_intermediate_size", m.expert_intermediate, MAX_FFN)?;
+            if m.shared_experts > MAX_EXPERTS {
+                return Err(Error::new(
+                    f("n_shared_experts"),
+                    "is larger than the limit",
+                ));
+            }
             if m.first_dense_layers > self.layers {
                 return Err(Error::new(
                     f("first_k_dense_replace"),
                     "is larger than the number of layers",
+                ));
+            }
+        }
+        if let Some(m) = &self.mla {
+            positive("kv_lora_rank", m.kv_lora_rank, MAX_DIM)?;
+            positive("qk_rope_head_dim", m.qk_rope_head_dim, MAX_DIM)?;
+            positive("v_head_dim", m.v_head_dim, MAX_DIM)?;
+            if let Some(q) = m.q_lora_rank {
+                positive("q_lora_rank", q, MAX_DIM)?;
+            }
+            if m.qk_nope_head_dim > MAX_DIM {
+                return Err(Error::new(
+                    f("qk_nope_head_dim"),
+                    "is larger than the limit",
                 ));
             }
         }

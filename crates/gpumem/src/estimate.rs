@@ -4,7 +4,7 @@ use serde::Serialize;
 
 use crate::arch::Architecture;
 use crate::dtype::DType;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::gpu::CUDA_CONTEXT_BYTES;
 use crate::graph::{Builder, Ctx};
 use crate::precision::Optimizer;
@@ -69,6 +69,51 @@ pub fn reserve_for(peak_bytes: u64) -> u64 {
 /// The fragmentation the caching allocator adds on top of the peak, as a fraction: the
 /// median of `peak_reserved / peak_step − 1` over the calibration runs (7 %, spread 1–20 %).
 pub const ALLOCATOR_RESERVE_FRACTION: f64 = 0.07;
+
+/// The largest byte figure the engine reports: 2^60 bytes (1 EiB), about fourteen million
+/// H100s. Figures are computed in `f64` (which cannot wrap) and checked against this bound
+/// before they become integers, so sums of components cannot overflow a `u64` and the
+/// headroom always fits an `i64`. A step beyond it is refused with its size in words.
+pub const MAX_BYTES: f64 = 1_152_921_504_606_846_976.0;
+
+/// Components at the peak as integers, or an error that says how large the step is when it
+/// is beyond [`MAX_BYTES`] (or a figure is not a number: an internal fault, reported).
+pub(crate) fn bounded_components(parts: &[(&str, f64)]) -> Result<crate::map::Components> {
+    let total: f64 = parts.iter().map(|p| p.1).sum();
+    if let Some((n, _)) = parts.iter().find(|p| !p.1.is_finite() || p.1 < 0.0) {
+        return Err(Error::new(
+            "",
+            format!(
+                "internal error: the {n} figure is not a finite size; please report this scenario"
+            ),
+        ));
+    }
+    if total > MAX_BYTES {
+        let (big, b) = parts
+            .iter()
+            .fold(("", 0.0), |m, p| if p.1 > m.1 { (p.0, p.1) } else { m });
+        return Err(Error::new(
+            "",
+            format!(
+                "this step needs about {} on each GPU ({} of it {}), far beyond any GPU; gpumem computes figures up to {} (2^60 bytes): lower batch, seq or the model's size",
+                crate::num::bytes_words(total),
+                crate::num::bytes_words(b),
+                big.replace('_', " "),
+                crate::num::bytes_words(MAX_BYTES)
+            ),
+        ));
+    }
+    let mut c = crate::map::Components::new();
+    for (n, v) in parts {
+        c.insert(n.to_string(), v.round() as u64);
+    }
+    Ok(c)
+}
+
+/// capacity − device, both bounded well inside `i64`.
+fn headroom(capacity: u64, device: u64) -> i64 {
+    (capacity as i128 - device as i128).clamp(i64::MIN as i128, i64::MAX as i128) as i64
+}
 
 const COMPONENTS: [&str; 5] = [
     "activations",
@@ -157,26 +202,25 @@ pub fn estimate(s: &Scenario) -> Result<Estimate> {
             }
         }
     }
-    let mut components = crate::map::Components::new();
-    components.insert("weights".to_string(), (weights + dp.fixed).round() as u64);
+    let mut parts: Vec<(&str, f64)> = vec![("weights", weights + dp.fixed)];
     if train {
-        components.insert("master_weights".to_string(), master.round() as u64);
-        components.insert("optimizer_states".to_string(), optim.round() as u64);
+        parts.push(("master_weights", master));
+        parts.push(("optimizer_states", optim));
     }
     for (i, n) in COMPONENTS.iter().enumerate() {
         let v = at_peak.0[i].max(0.0);
         if v > 0.0 || *n == "activations" {
-            components.insert(n.to_string(), v.round() as u64);
+            parts.push((n, v));
         }
     }
     if !train {
-        let kv_at_peak = (peak - weights - at_peak.total()).max(0.0);
-        components.insert("kv_cache".to_string(), kv_at_peak.round() as u64);
+        parts.push(("kv_cache", (peak - weights - at_peak.total()).max(0.0)));
     }
+    let components = bounded_components(&parts)?;
     let peak_bytes: u64 = components.values().sum();
     let reserve = reserve_for(peak_bytes);
     let device = peak_bytes + reserve + CUDA_CONTEXT_BYTES;
-    let headroom = s.capacity_bytes as i64 - device as i64;
+    let headroom = headroom(s.capacity_bytes, device);
     let p = match arch {
         Some(a) => a.params(),
         None => Default::default(),
@@ -219,11 +263,11 @@ fn estimate_layout(s: &Scenario, name: String, a: &Architecture) -> Result<Estim
     let prep = crate::layout::Prep::new(s, a);
     let (stages, w) = prep.stages();
     let worst = stages[w];
-    let components = worst.components();
+    let components = bounded_components(&worst.parts())?;
     let peak_bytes: u64 = components.values().sum();
     let reserve = reserve_for(peak_bytes);
     let device = peak_bytes + reserve + CUDA_CONTEXT_BYTES;
-    let headroom = s.capacity_bytes as i64 - device as i64;
+    let headroom = headroom(s.capacity_bytes, device);
     let p = a.params();
     let par = &s.parallel;
     let states = worst.model_states();
@@ -255,20 +299,17 @@ fn estimate_layout(s: &Scenario, name: String, a: &Architecture) -> Result<Estim
         at("peak", peak_bytes as f64),
         at("end of step", states),
     ];
-    let stage_list = stages
-        .iter()
-        .enumerate()
-        .map(|(i, b)| {
-            let c = b.components();
-            crate::layout::StageEstimate {
-                stage: i as u64,
-                layers: b.layers,
-                micro_batches_in_flight: b.in_flight,
-                peak_bytes: c.values().sum(),
-                components: c,
-            }
-        })
-        .collect();
+    let mut stage_list = Vec::with_capacity(stages.len());
+    for (i, b) in stages.iter().enumerate() {
+        let c = bounded_components(&b.parts())?;
+        stage_list.push(crate::layout::StageEstimate {
+            stage: i as u64,
+            layers: b.layers,
+            micro_batches_in_flight: b.in_flight,
+            peak_bytes: c.values().sum(),
+            components: c,
+        });
+    }
     Ok(Estimate {
         model: name,
         params: p.total,

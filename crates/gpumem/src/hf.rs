@@ -56,6 +56,47 @@ impl<'a> Obj<'a> {
             .ok_or_else(|| Error::new(self.path(key), "is required but missing"))
     }
 
+    /// A whole number in `lo..=hi`, checked as it is read so that the error names the key
+    /// the file contains.
+    pub fn bounded_opt(&self, key: &str, lo: u64, hi: u64) -> Result<Option<u64>> {
+        match self.u64_opt(key)? {
+            Some(v) if v < lo => Err(Error::new(
+                self.path(key),
+                format!("must be at least {lo}, got {v}"),
+            )),
+            Some(v) if v > hi => Err(Error::new(
+                self.path(key),
+                format!("{v} is larger than the limit {hi}"),
+            )),
+            v => Ok(v),
+        }
+    }
+
+    pub fn bounded_req(&self, key: &str, lo: u64, hi: u64) -> Result<u64> {
+        self.bounded_opt(key, lo, hi)?
+            .ok_or_else(|| Error::new(self.path(key), "is required but missing"))
+    }
+
+    /// A width (hidden size, heads, a rank): 1 to [`MAX_DIM`].
+    pub fn dim_req(&self, key: &str) -> Result<u64> {
+        self.bounded_req(key, 1, MAX_DIM)
+    }
+
+    pub fn dim_opt(&self, key: &str) -> Result<Option<u64>> {
+        self.bounded_opt(key, 1, MAX_DIM)
+    }
+
+    /// A probability in [0, 1) (dropout).
+    pub fn prob_opt(&self, key: &str) -> Result<Option<f64>> {
+        match self.f64_opt(key)? {
+            Some(p) if !(0.0..1.0).contains(&p) => Err(Error::new(
+                self.path(key),
+                format!("dropout {} must be in [0, 1)", short(p)),
+            )),
+            p => Ok(p),
+        }
+    }
+
     pub fn f64_opt(&self, key: &str) -> Result<Option<f64>> {
         match self.get(key) {
             None => Ok(None),
@@ -91,6 +132,16 @@ impl<'a> Obj<'a> {
         }
     }
 }
+
+/// The largest width accepted (hidden size, heads, head_dim, ranks): beyond it a config is a
+/// typo, not a model. Products of widths stay far inside `u64`.
+pub(crate) const MAX_DIM: u64 = 1 << 24;
+/// The largest MLP width (intermediate sizes).
+pub(crate) const MAX_FFN: u64 = 1 << 28;
+pub(crate) const MAX_LAYERS: u64 = 10_000;
+pub(crate) const MAX_VOCAB: u64 = 1 << 24;
+pub(crate) const MAX_EXPERTS: u64 = 1 << 16;
+pub(crate) const MAX_POSITIONS: u64 = 1 << 27;
 
 /// A short description of a JSON value's type (never the value itself: it may be hostile).
 pub(crate) fn kind(v: &Value) -> &'static str {
@@ -223,26 +274,29 @@ fn activation(o: &Obj<'_>, key: &str, default: Activation) -> Result<Activation>
 }
 
 fn parse_gpt2(o: &Obj<'_>) -> Result<Architecture> {
-    let hidden = o.u64_req("n_embd")?;
-    let heads = o.u64_req("n_head")?;
-    if heads == 0 || hidden % heads != 0 {
+    let hidden = o.dim_req("n_embd")?;
+    let heads = o.dim_req("n_head")?;
+    if hidden % heads != 0 {
         return Err(Error::new(
             o.path("n_head"),
             format!("n_embd ({hidden}) must be a multiple of n_head ({heads})"),
         ));
     }
-    let p = |k: &str| -> Result<f64> { Ok(o.f64_opt(k)?.unwrap_or(0.1)) };
+    let p = |k: &str| -> Result<f64> { Ok(o.prob_opt(k)?.unwrap_or(0.1)) };
     Ok(Architecture {
         family: Family::Gpt2,
         hidden,
-        layers: o.u64_req("n_layer")?,
+        layers: o.bounded_req("n_layer", 1, MAX_LAYERS)?,
         heads,
         kv_heads: heads,
         head_dim: hidden / heads,
-        intermediate: o.u64_opt("n_inner")?.unwrap_or(hidden.saturating_mul(4)),
-        vocab: o.u64_req("vocab_size")?,
+        intermediate: o.bounded_opt("n_inner", 1, MAX_FFN)?.unwrap_or(hidden * 4),
+        vocab: o.bounded_req("vocab_size", 1, MAX_VOCAB)?,
         tied_embeddings: o.bool_opt("tie_word_embeddings")?.unwrap_or(true),
-        learned_positions: Some(o.u64_opt("n_positions")?.unwrap_or(1024)),
+        learned_positions: Some(
+            o.bounded_opt("n_positions", 1, MAX_POSITIONS)?
+                .unwrap_or(1024),
+        ),
         qkv_bias: true,
         o_bias: true,
         mlp_bias: true,
@@ -258,16 +312,10 @@ fn parse_gpt2(o: &Obj<'_>) -> Result<Architecture> {
 }
 
 fn parse_llama_like(o: &Obj<'_>, model_type: &str) -> Result<Architecture> {
-    let hidden = o.u64_req("hidden_size")?;
-    let heads = o.u64_req("num_attention_heads")?;
-    if heads == 0 {
-        return Err(Error::new(
-            o.path("num_attention_heads"),
-            "must be at least 1",
-        ));
-    }
-    let kv_heads = o.u64_opt("num_key_value_heads")?.unwrap_or(heads);
-    let head_dim = match o.u64_opt("head_dim")? {
+    let hidden = o.dim_req("hidden_size")?;
+    let heads = o.dim_req("num_attention_heads")?;
+    let kv_heads = o.dim_opt("num_key_value_heads")?.unwrap_or(heads);
+    let head_dim = match o.dim_opt("head_dim")? {
         Some(d) => d,
         None if hidden % heads == 0 => hidden / heads,
         None => {
@@ -285,16 +333,16 @@ fn parse_llama_like(o: &Obj<'_>, model_type: &str) -> Result<Architecture> {
         "deepseek_v3" => (Family::DeepseekV3, attention_bias, false),
         _ => (Family::Llama, attention_bias, attention_bias),
     };
-    let attn_drop = o.f64_opt("attention_dropout")?.unwrap_or(0.0);
+    let attn_drop = o.prob_opt("attention_dropout")?.unwrap_or(0.0);
     let mut arch = Architecture {
         family,
         hidden,
-        layers: o.u64_req("num_hidden_layers")?,
+        layers: o.bounded_req("num_hidden_layers", 1, MAX_LAYERS)?,
         heads,
         kv_heads,
         head_dim,
-        intermediate: o.u64_req("intermediate_size")?,
-        vocab: o.u64_req("vocab_size")?,
+        intermediate: o.bounded_req("intermediate_size", 1, MAX_FFN)?,
+        vocab: o.bounded_req("vocab_size", 1, MAX_VOCAB)?,
         tied_embeddings: o.bool_opt("tie_word_embeddings")?.unwrap_or(false),
         learned_positions: None,
         qkv_bias,
@@ -311,10 +359,10 @@ fn parse_llama_like(o: &Obj<'_>, model_type: &str) -> Result<Architecture> {
     };
     match model_type {
         "mixtral" => {
-            let experts = o.u64_req("num_local_experts")?;
+            let experts = o.bounded_req("num_local_experts", 1, MAX_EXPERTS)?;
             arch.moe = Some(Moe {
                 experts,
-                top_k: o.u64_req("num_experts_per_tok")?,
+                top_k: o.bounded_req("num_experts_per_tok", 1, experts)?,
                 expert_intermediate: arch.intermediate,
                 shared_experts: 0,
                 first_dense_layers: 0,
@@ -322,24 +370,28 @@ fn parse_llama_like(o: &Obj<'_>, model_type: &str) -> Result<Architecture> {
             });
         }
         "deepseek_v3" => {
-            let nope = o.u64_req("qk_nope_head_dim")?;
-            let rope = o.u64_req("qk_rope_head_dim")?;
-            arch.head_dim = nope.saturating_add(rope);
+            let nope = o.bounded_req("qk_nope_head_dim", 0, MAX_DIM)?;
+            let rope = o.dim_req("qk_rope_head_dim")?;
+            arch.head_dim = nope + rope;
             arch.kv_heads = heads;
             arch.mla = Some(Mla {
-                q_lora_rank: o.u64_opt("q_lora_rank")?,
-                kv_lora_rank: o.u64_req("kv_lora_rank")?,
+                q_lora_rank: o.dim_opt("q_lora_rank")?,
+                kv_lora_rank: o.dim_req("kv_lora_rank")?,
                 qk_nope_head_dim: nope,
                 qk_rope_head_dim: rope,
-                v_head_dim: o.u64_req("v_head_dim")?,
+                v_head_dim: o.dim_req("v_head_dim")?,
             });
-            if let Some(experts) = o.u64_opt("n_routed_experts")? {
+            if let Some(experts) = o.bounded_opt("n_routed_experts", 1, MAX_EXPERTS)? {
                 arch.moe = Some(Moe {
                     experts,
-                    top_k: o.u64_req("num_experts_per_tok")?,
-                    expert_intermediate: o.u64_req("moe_intermediate_size")?,
-                    shared_experts: o.u64_opt("n_shared_experts")?.unwrap_or(0),
-                    first_dense_layers: o.u64_opt("first_k_dense_replace")?.unwrap_or(0),
+                    top_k: o.bounded_req("num_experts_per_tok", 1, experts)?,
+                    expert_intermediate: o.bounded_req("moe_intermediate_size", 1, MAX_FFN)?,
+                    shared_experts: o
+                        .bounded_opt("n_shared_experts", 0, MAX_EXPERTS)?
+                        .unwrap_or(0),
+                    first_dense_layers: o
+                        .bounded_opt("first_k_dense_replace", 0, arch.layers)?
+                        .unwrap_or(0),
                     router_bias: true,
                 });
             }
@@ -522,6 +574,61 @@ mod tests {
                     assert!(HF_KEYS.contains(&key), "{key} is read but not in HF_KEYS");
                 }
             }
+        }
+    }
+
+    /// Every number a config holds is bounded as it is read, and the error names the key the
+    /// file contains (not an internal name).
+    #[test]
+    fn out_of_range_keys_are_named_as_the_file_names_them() {
+        let ds = |k: &str, v: Value| {
+            let mut c = json!({"model_type": "deepseek_v3", "hidden_size": 64, "num_hidden_layers": 2,
+                "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 100,
+                "kv_lora_rank": 16, "q_lora_rank": 32, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8,
+                "v_head_dim": 8});
+            c[k] = v;
+            parse_hf_config(&c, "c")
+        };
+        assert!(ds("v_head_dim", json!(8)).is_ok());
+        for k in [
+            "v_head_dim",
+            "kv_lora_rank",
+            "q_lora_rank",
+            "qk_rope_head_dim",
+            "qk_nope_head_dim",
+        ] {
+            let e = ds(k, json!(4611686018427387904u64)).unwrap_err();
+            assert_eq!(e.field, format!("c.{k}"), "{e}");
+        }
+        let e = ds("kv_lora_rank", json!(0)).unwrap_err();
+        assert_eq!(e.field, "c.kv_lora_rank");
+        let e = ds("attention_dropout", json!(1.5)).unwrap_err();
+        assert_eq!(e.field, "c.attention_dropout", "{e}");
+        let mut moe = json!({"model_type": "deepseek_v3", "hidden_size": 64, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 100, "kv_lora_rank": 16,
+            "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 8, "n_routed_experts": 2,
+            "num_experts_per_tok": 3, "moe_intermediate_size": 32});
+        let e = parse_hf_config(&moe, "c").unwrap_err();
+        assert_eq!(
+            e.field, "c.num_experts_per_tok",
+            "more than the experts: {e}"
+        );
+        moe["num_experts_per_tok"] = json!(2);
+        moe["first_k_dense_replace"] = json!(3);
+        let e = parse_hf_config(&moe, "c").unwrap_err();
+        assert_eq!(e.field, "c.first_k_dense_replace", "{e}");
+        let gpt2 = |k: &str, v: Value| {
+            let mut c = json!({"model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": 2, "vocab_size": 100});
+            c[k] = v;
+            parse_hf_config(&c, "c")
+        };
+        for (k, v) in [
+            ("attn_pdrop", json!(-0.1)),
+            ("n_inner", json!(1u64 << 40)),
+            ("n_positions", json!(0)),
+            ("n_layer", json!(100000)),
+        ] {
+            assert_eq!(gpt2(k, v).unwrap_err().field, format!("c.{k}"));
         }
     }
 

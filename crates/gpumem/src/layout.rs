@@ -63,9 +63,9 @@ impl StageBytes {
         self.weights + self.master + self.optim + self.grads
     }
 
-    pub fn components(&self) -> crate::map::Components {
-        let mut c = crate::map::Components::new();
-        for (k, v) in [
+    /// Components at this stage's peak, before they become integers.
+    pub fn parts(&self) -> Vec<(&'static str, f64)> {
+        [
             ("weights", self.weights),
             ("master_weights", self.master),
             ("optimizer_states", self.optim),
@@ -74,12 +74,10 @@ impl StageBytes {
             ("activations", self.activations),
             ("logits", self.logits),
             ("temporaries", self.temporaries),
-        ] {
-            if v > 0.0 || k == "activations" {
-                c.insert(k.to_string(), v.round() as u64);
-            }
-        }
-        c
+        ]
+        .into_iter()
+        .filter(|(k, v)| *v > 0.0 || *k == "activations")
+        .collect()
     }
 }
 

@@ -171,6 +171,24 @@ pub fn fixed(x: f64, decimals: usize) -> String {
     out
 }
 
+/// A byte count in words with a binary prefix: 3.5e21 → "2.96 ZiB", 1536 → "1.50 KiB".
+pub fn bytes_words(b: f64) -> String {
+    const UNITS: [&str; 9] = [
+        "bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB", "YiB",
+    ];
+    let mut x = b;
+    let mut i = 0;
+    while x.abs() >= 1024.0 && i + 1 < UNITS.len() {
+        x /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{} bytes", fixed(x, 0))
+    } else {
+        format!("{} {}", fixed(x, 2), UNITS[i])
+    }
+}
+
 /// A short decimal as `format!("{x}")` writes it (`2`, `0.5`, `1.125`), for numbers with at
 /// most six decimal places; longer fractions are rounded to six.
 pub fn short(x: f64) -> String {

@@ -550,6 +550,10 @@ impl Sweep<'_> {
             let w = self.gpu_params(&par);
             let x = self.layer_acts(&par, w.vocab, b, r);
             let worst = Prep::from_parts(self.s, self.a, par, w, x, self.bytes).worst();
+            // Beyond any GPU (and beyond what a u64 byte count may carry): does not fit.
+            if !(worst.total() <= self.s.capacity_bytes as f64) {
+                return;
+            }
             (worst.total().round() as u64, worst.host)
         } else {
             self.scratch.parallel = par;

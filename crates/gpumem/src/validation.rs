@@ -40,15 +40,28 @@ pub struct Report {
     pub counts_exact: usize,
 }
 
+/// A measured byte figure: a finite number above zero and within what the engine reports.
+fn measured_bytes(x: &Value, key: &str) -> std::result::Result<Option<f64>, String> {
+    match x.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => match v.as_f64() {
+            Some(b) if b.is_finite() && b > 0.0 && b <= crate::estimate::MAX_BYTES => Ok(Some(b)),
+            _ => Err(format!(
+                "expect.{key} must be a number of bytes above 0 and at most 2^60"
+            )),
+        },
+    }
+}
+
 /// Run every line of a `calibration-scenarios.jsonl` (`{"name", "scenario", "expect"}`).
-/// Errors name the line.
+/// Errors name the line: the error's `field` is the line number.
 pub fn validate(jsonl: &str) -> Result<Report> {
     let mut rows = Vec::new();
     for (i, line) in jsonl.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
-        let at = |m: String| Error::new(format!("line {}", i + 1), m);
+        let at = |m: String| Error::new((i + 1).to_string(), m);
         let case: Value = serde_json::from_str(line).map_err(|e| at(e.to_string()))?;
         let name = case["name"].as_str().unwrap_or("unnamed").to_string();
         let s = Scenario::from_value(&case["scenario"])
@@ -56,13 +69,14 @@ pub fn validate(jsonl: &str) -> Result<Report> {
         let e = estimate(&s).map_err(|e| at(format!("{}: {}", e.field, e.message)))?;
         let x = &case["expect"];
         let oom = x["oom"].as_bool().unwrap_or(false);
+        let peak_step = measured_bytes(x, "peak_step").map_err(at)?;
+        let peak_generate = measured_bytes(x, "peak_generate").map_err(at)?;
         let measured = if oom {
             None
         } else {
             Some(
-                x["peak_step"]
-                    .as_f64()
-                    .or(x["peak_generate"].as_f64())
+                peak_step
+                    .or(peak_generate)
                     .ok_or_else(|| at("expect has no peak_step or peak_generate".into()))?,
             )
         };
@@ -79,7 +93,7 @@ pub fn validate(jsonl: &str) -> Result<Report> {
         });
     }
     if rows.is_empty() {
-        return Err(Error::new("line 1", "no runs"));
+        return Err(Error::new("1", "no runs"));
     }
     let mut errs: Vec<f64> = rows
         .iter()
@@ -122,11 +136,24 @@ mod tests {
     #[test]
     fn bad_lines_are_named() {
         let e = validate("\n{\"name\": 1,").unwrap_err();
-        assert_eq!(e.field, "line 2");
+        assert_eq!(e.field, "2");
         let e =
             validate(r#"{"name": "x", "scenario": {"model": "gpt2", "batch": 0}, "expect": {}}"#)
                 .unwrap_err();
-        assert_eq!(e.field, "line 1");
+        assert_eq!(e.field, "1");
         assert!(e.message.contains("batch"), "{e}");
+    }
+
+    /// Measured figures that would break the statistics or the log-scale plot are refused
+    /// (a zero once hung the book build in the plot's tick loop).
+    #[test]
+    fn measured_figures_must_be_positive_sizes() {
+        for bad in ["0", "-5", "1e300", "\"12\"", "null"] {
+            let line = format!(
+                r#"{{"name": "x", "scenario": {{"model": "gpt2", "batch": 1, "seq": 8}}, "expect": {{"peak_step": {bad}}}}}"#
+            );
+            let e = validate(&format!("\n{line}")).unwrap_err();
+            assert_eq!(e.field, "2", "{bad}: {e}");
+        }
     }
 }

@@ -18,17 +18,45 @@ fn esc(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
-/// The chapter's HTML for the data at `root/data`, or what is wrong with it.
+/// The largest data file the chapter reads (the calibration data is about 60 KB).
+pub const MAX_DATA_BYTES: u64 = 16 << 20;
+
+/// The chapter's HTML for the data at `root/data`, or what is wrong with it (`FILE:LINE:`).
 pub fn render(root: &Path, data: &str) -> Result<String, String> {
-    let path = root.join(data);
-    let text = std::fs::read_to_string(&path).map_err(|e| format!("{data}: {e}"))?;
-    let r = validate(&text).map_err(|e| format!("{data}: {e}"))?;
+    let text = read_data(&root.join(data)).map_err(|e| format!("{data}: {e}"))?;
+    let r = validate(&text).map_err(|e| format!("{data}:{}: {}", e.field, e.message))?;
     Ok(format!(
         "<div class=\"gm-validation\">{}{}{}</div>",
         stats(&r),
         scatter(&r),
         table(&r)
     ))
+}
+
+/// A small regular file's text (never a device, a FIFO or a directory: reading those could
+/// block or grow without end).
+fn read_data(path: &Path) -> Result<String, String> {
+    use std::io::Read;
+    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("is not a regular file".into());
+    }
+    if meta.len() > MAX_DATA_BYTES {
+        return Err(format!(
+            "is {} bytes, more than the {MAX_DATA_BYTES} a data file may have",
+            meta.len()
+        ));
+    }
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_DATA_BYTES + 1).read_to_string(&mut text))
+        .map_err(|e| e.to_string())?;
+    if text.len() as u64 > MAX_DATA_BYTES {
+        return Err(format!(
+            "has more than the {MAX_DATA_BYTES} bytes a data file may have"
+        ));
+    }
+    Ok(text)
 }
 
 fn stats(r: &Report) -> String {
@@ -64,7 +92,13 @@ fn scatter(r: &Report) -> String {
         .map(|p| p.0.min(p.1))
         .fold(f64::INFINITY, f64::min);
     let hi = pts.iter().map(|p| p.0.max(p.1)).fold(0.0, f64::max);
-    let (lo, hi) = (lo.log10().floor(), hi.log10().ceil());
+    // Decades that hold every point (the data is checked: sizes above zero, at most 2^60).
+    let (lo, hi) = if pts.is_empty() {
+        (0.0, 1.0)
+    } else {
+        (lo.log10().floor(), hi.log10().ceil())
+    };
+    let hi = if hi > lo { hi } else { lo + 1.0 };
     let (w, h, pad) = (420.0, 420.0, 48.0);
     let sx = |v: f64| pad + (v.log10() - lo) / (hi - lo) * (w - pad - 12.0);
     let sy = |v: f64| h - pad - (v.log10() - lo) / (hi - lo) * (h - pad - 12.0);
@@ -175,5 +209,26 @@ mod tests {
         assert!(html.contains(&format!("{:.1} %</strong>, largest", r.median_abs * 100.0)));
         let e = render(&root, "no/such.jsonl").unwrap_err();
         assert!(e.starts_with("no/such.jsonl:"), "{e}");
+    }
+
+    #[test]
+    fn bad_data_fails_with_file_and_line() {
+        let dir = std::env::temp_dir().join(format!("gm-val-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let good = r#"{"name": "a", "scenario": {"model": "gpt2", "batch": 1, "seq": 8}, "expect": {"peak_step": 1000000000}}"#;
+        for bad in ["0", "-5"] {
+            let bad_line = good.replace("1000000000", bad);
+            std::fs::write(dir.join("d.jsonl"), format!("{good}\n{bad_line}\n")).unwrap();
+            let e = render(&dir, "d.jsonl").unwrap_err();
+            assert!(e.starts_with("d.jsonl:2: expect.peak_step"), "{e}");
+        }
+        assert!(render(&dir, ".")
+            .unwrap_err()
+            .contains("not a regular file"));
+        #[cfg(unix)]
+        assert!(render(Path::new("/"), "dev/zero")
+            .unwrap_err()
+            .contains("not a regular file"));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
