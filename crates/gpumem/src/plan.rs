@@ -551,7 +551,8 @@ impl Sweep<'_> {
             let x = self.layer_acts(&par, w.vocab, b, r);
             let worst = Prep::from_parts(self.s, self.a, par, w, x, self.bytes).worst();
             // Beyond any GPU (and beyond what a u64 byte count may carry): does not fit.
-            if !(worst.total() <= self.s.capacity_bytes as f64) {
+            let total = worst.total();
+            if total.is_nan() || total > self.s.capacity_bytes as f64 {
                 return;
             }
             (worst.total().round() as u64, worst.host)
