@@ -110,6 +110,21 @@ pub(crate) fn bounded_components(parts: &[(&str, f64)]) -> Result<crate::map::Co
     Ok(c)
 }
 
+/// Timeline points come from the same `f64` figures as the peak; rounded one by one they can
+/// pass the integer peak by a few bytes (and above 2^53 by the spacing of doubles): cap them
+/// at it. Debug builds check that rounding is all it is.
+fn cap_timeline(tl: &mut [Point], peak: u64) {
+    for p in tl {
+        debug_assert!(
+            p.bytes as f64 <= peak as f64 * (1.0 + 1e-12) + 64.0,
+            "timeline point {} ({}) above the peak {peak}",
+            p.phase,
+            p.bytes
+        );
+        p.bytes = p.bytes.min(peak);
+    }
+}
+
 /// capacity − device, both bounded well inside `i64`.
 fn headroom(capacity: u64, device: u64) -> i64 {
     (capacity as i128 - device as i128).clamp(i64::MIN as i128, i64::MAX as i128) as i64
@@ -142,12 +157,13 @@ pub fn estimate(s: &Scenario) -> Result<Estimate> {
     let dp = &DpStates::new(s, &s.parallel, &states, Geo::data_parallel(s, arch));
     let (weights, master, optim, grads, grads_full) =
         (dp.weights, dp.master, dp.optim, dp.grads, states.grads);
+    let grad_acc = if train { dp.grad_acc } else { 0.0 };
     notes.extend(DpStates::describe(
         s,
         s.parallel.dp,
         s.parallel.shard_ranks(),
     ));
-    let base = weights + master + optim + dp.fixed;
+    let base = weights + master + optim + dp.fixed + grad_acc;
 
     let mut timeline = Vec::new();
     let mut kv_cache_bytes = 0u64;
@@ -185,6 +201,7 @@ pub fn estimate(s: &Scenario) -> Result<Estimate> {
 
     // Data-parallel buffers live through the step's busiest moment.
     let mut at_peak = at_peak;
+    at_peak.add(Cat::Gradients, grad_acc);
     let mut peak = peak;
     if train {
         at_peak.add(Cat::WeightCopies, dp.gathered);
@@ -221,6 +238,7 @@ pub fn estimate(s: &Scenario) -> Result<Estimate> {
     let reserve = reserve_for(peak_bytes);
     let device = peak_bytes + reserve + CUDA_CONTEXT_BYTES;
     let headroom = headroom(s.capacity_bytes, device);
+    cap_timeline(&mut timeline, peak_bytes);
     let p = match arch {
         Some(a) => a.params(),
         None => Default::default(),
@@ -237,11 +255,20 @@ pub fn estimate(s: &Scenario) -> Result<Estimate> {
         peak_bytes,
         peak_phase: phase,
         components,
-        model_states_bytes: (weights + master + optim + dp.fixed + if train { grads } else { 0.0 })
-            .round() as u64,
+        model_states_bytes: (weights
+            + master
+            + optim
+            + dp.fixed
+            + grad_acc
+            + if train { grads } else { 0.0 })
+        .round() as u64,
         weights_bytes: weights.round() as u64,
         master_weights_bytes: master.round() as u64,
-        gradients_bytes: if train { grads.round() as u64 } else { 0 },
+        gradients_bytes: if train {
+            (grads + grad_acc).round() as u64
+        } else {
+            0
+        },
         optimizer_states_bytes: optim.round() as u64,
         kv_cache_bytes,
         host_bytes: dp.host.round() as u64,
@@ -290,7 +317,7 @@ fn estimate_layout(s: &Scenario, name: String, a: &Architecture) -> Result<Estim
         phase: phase.into(),
         bytes: b.round() as u64,
     };
-    let timeline = vec![
+    let mut timeline = vec![
         at("start of step", states),
         at(
             "forward: warm-up micro-batches in flight",
@@ -299,6 +326,7 @@ fn estimate_layout(s: &Scenario, name: String, a: &Architecture) -> Result<Estim
         at("peak", peak_bytes as f64),
         at("end of step", states),
     ];
+    cap_timeline(&mut timeline, peak_bytes);
     let mut stage_list = Vec::with_capacity(stages.len());
     for (i, b) in stages.iter().enumerate() {
         let c = bounded_components(&b.parts())?;
@@ -358,6 +386,9 @@ pub(crate) struct DpStates {
     pub buckets: f64,
     /// Offloaded bytes held in CPU memory.
     pub host: f64,
+    /// Gradient buffers resident through the whole step, besides the autograd gradients
+    /// (DeepSpeed's fp32 gradient partition).
+    pub grad_acc: f64,
 }
 
 /// DeepSpeed's default `reduce_bucket_size` (elements).
@@ -436,6 +467,7 @@ impl DpStates {
             gathered: 0.0,
             buckets: 0.0,
             host: 0.0,
+            grad_acc: 0.0,
         };
         let plain =
             par.framework != Framework::DeepSpeed && g.replicas == 1 && !par.offload_optimizer;
@@ -457,7 +489,10 @@ impl DpStates {
                     0.0
                 };
                 let fp32_grads = shard(zero >= 1, fp32_grads);
-                d.grads = if zero >= 3 { 0.0 } else { st.grads } + fp32_grads;
+                // The fp32 partition is a persistent buffer (DeepSpeed's own estimator
+                // counts it with the model states): resident through the whole step.
+                d.grads = if zero >= 3 { 0.0 } else { st.grads };
+                d.grad_acc = fp32_grads;
                 if zero >= 3 {
                     d.fixed = 2.0 * largest * wb;
                 }
@@ -469,6 +504,7 @@ impl DpStates {
                     d.master = 0.0;
                     d.optim = 0.0;
                     d.grads = 0.0;
+                    d.grad_acc = 0.0;
                     d.buckets = 0.0;
                 }
             }

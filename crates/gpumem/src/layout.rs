@@ -418,7 +418,8 @@ impl<'a> Prep<'a> {
             weights: dd.weights + dd.fixed,
             master: dd.master,
             optim: dd.optim,
-            grads: dd.grads,
+            // Counted as resident here (the analytic path's accounting).
+            grads: dd.grads + dd.grad_acc,
             gathered: dd.gathered,
             temporaries: dd.buckets,
             host: dd.host,
@@ -436,7 +437,7 @@ impl<'a> Prep<'a> {
             b.weights += de.weights + de.fixed;
             b.master += de.master;
             b.optim += de.optim;
-            b.grads += de.grads;
+            b.grads += de.grads + de.grad_acc;
             b.gathered += de.gathered;
             b.temporaries = b.temporaries.max(de.buckets);
             b.host += de.host;

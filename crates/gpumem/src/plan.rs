@@ -46,10 +46,42 @@ pub struct Request {
     pub host_bytes_per_node: u64,
     /// The scenario as given, without its layout: each candidate adds its own.
     pub source: Value,
+    /// What the request fixes (the estimate flags given to `plan`): every layout tried
+    /// honours each of these.
+    pub fixed: Fixed,
 }
 
-/// The largest micro-batch the planner tries.
+/// Layout choices a request fixes instead of leaving them to the sweep.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Fixed {
+    pub dp: Option<u64>,
+    pub tp: Option<u64>,
+    pub pp: Option<u64>,
+    pub cp: Option<u64>,
+    pub ep: Option<u64>,
+    pub zero: Option<u8>,
+    /// Sequences per micro-batch (`batch`).
+    pub micro_batch: Option<u64>,
+    pub grad_accum: Option<u64>,
+    pub recompute: Option<Recompute>,
+    pub schedule: Option<Schedule>,
+    /// (optimizer, parameters) offloaded.
+    pub offload: Option<(bool, bool)>,
+    pub shard_group: Option<u64>,
+}
+
+impl Fixed {
+    fn allows(v: Option<u64>, x: u64) -> bool {
+        v.is_none_or(|v| v == x)
+    }
+}
+
+/// The largest micro-batch the planner tries (unless the request fixes a larger one).
 pub const MAX_MICRO_BATCH: u64 = 16;
+/// The most micro-batches per step a scenario takes (`parallel.grad_accum`).
+pub const MAX_GRAD_ACCUM: u64 = crate::scenario::MAX_GPUS;
+/// The most tokens per step a request takes (the scenario's own bound).
+const MAX_TOKENS: u64 = crate::scenario::MAX_TOKENS;
 /// Context parallelism keeps at least this many tokens on each GPU.
 pub const MIN_CP_TOKENS: u64 = 1024;
 /// A DGX H100 node's 2 TB of system memory.
@@ -141,6 +173,11 @@ impl Request {
     /// A JSON request: a scenario plus `global_batch`, `gpus` (a count, a list, or
     /// `{"min", "max"}` for the powers of two between, with an optional `"step"`),
     /// `gpus_per_node` and `top`.
+    ///
+    /// The layout fields of the scenario (`batch`, `recompute`, and `parallel`'s dp, tp, pp,
+    /// cp, ep, zero/fsdp, grad_accum, schedule, virtual_stages, offload, shard_group) are
+    /// constraints: every layout the planner tries keeps each one given. `offload: false`
+    /// (the CLI's `--no-offload`) is the same as `parallel.offload: "none"`.
     pub fn from_value(v: &Value) -> Result<Request> {
         let o = Obj::new(v, "").map_err(|_| Error::new("plan", "must be a JSON object"))?;
         let mut scenario = v.as_object().cloned().unwrap_or_default();
@@ -149,22 +186,68 @@ impl Request {
             "gpus",
             "gpus_per_node",
             "top",
-            "batch",
             "offload",
             "host_memory_gb",
         ] {
             scenario.remove(k);
         }
+        if scenario.contains_key("new_tokens") {
+            return Err(Error::new(
+                "new_tokens",
+                "the planner plans training runs, which generate no tokens",
+            ));
+        }
+        // The whole scenario as given, checked by the engine (so a constraint no layout could
+        // meet, such as tp 3 for 32 heads, is named here).
+        let given = Scenario::from_value(&Value::Object(scenario.clone()))?;
+        let mut fixed = Fixed {
+            micro_batch: o.get("batch").map(|_| given.batch),
+            recompute: o.get("recompute").map(|_| given.recompute),
+            ..Fixed::default()
+        };
         if let Some(p) = o.get("parallel") {
             let po = Obj::new(p, "parallel")?;
+            let gp = &given.parallel;
+            let has = |k: &str| po.get(k).is_some();
+            if has("gpus") {
+                return Err(Error::new(
+                    "parallel.gpus",
+                    "give the GPU counts to plan for as `gpus` (--gpus), not inside parallel",
+                ));
+            }
+            fixed.dp = has("dp").then_some(gp.dp);
+            fixed.tp = has("tp").then_some(gp.tp);
+            fixed.pp = has("pp").then_some(gp.pp);
+            fixed.cp = has("cp").then_some(gp.cp);
+            fixed.ep = has("ep").then_some(gp.ep);
+            fixed.zero = (has("zero") || has("fsdp")).then_some(gp.zero);
+            fixed.grad_accum = has("grad_accum").then_some(gp.grad_accum);
+            fixed.schedule = (has("schedule") || has("virtual_stages")).then_some(gp.schedule);
+            fixed.offload = has("offload").then_some((gp.offload_optimizer, gp.offload_params));
+            fixed.shard_group = has("shard_group").then_some(gp.shard_group);
             let mut keep = serde_json::Map::new();
-            for k in ["framework", "sp", "capacity_factor"] {
-                if let Some(x) = po.get(k) {
-                    keep.insert(k.into(), x.clone());
+            for (k, x) in po.map.iter() {
+                if !matches!(
+                    k.as_str(),
+                    "dp" | "tp"
+                        | "pp"
+                        | "cp"
+                        | "ep"
+                        | "zero"
+                        | "fsdp"
+                        | "grad_accum"
+                        | "schedule"
+                        | "virtual_stages"
+                        | "offload"
+                        | "shard_group"
+                ) {
+                    keep.insert(k.clone(), x.clone());
                 }
             }
             scenario.insert("parallel".into(), Value::Object(keep));
         }
+        scenario.remove("batch");
+        scenario.remove("recompute");
         let source = Value::Object(scenario);
         let scenario = Scenario::from_value(&source)?;
         if !matches!(scenario.model, Model::Arch { .. }) {
@@ -183,6 +266,38 @@ impl Request {
                 format!("must be between 1 and 2^24, got {global_batch}"),
             ));
         }
+        if global_batch * scenario.seq > MAX_TOKENS {
+            return Err(Error::new(
+                "global_batch",
+                format!(
+                    "global_batch × seq = {} tokens per step is beyond the supported 2^40",
+                    global_batch * scenario.seq
+                ),
+            ));
+        }
+        if let Some(b) = fixed.micro_batch {
+            if !global_batch.is_multiple_of(b) {
+                return Err(Error::new(
+                    "batch",
+                    format!("the micro-batch ({b}) must divide global_batch ({global_batch})"),
+                ));
+            }
+        }
+        if let Some(off) = o.get("offload") {
+            match off {
+                Value::Bool(true) => {}
+                Value::Bool(false) => match fixed.offload {
+                    Some((false, false)) | None => fixed.offload = Some((false, false)),
+                    Some(_) => {
+                        return Err(Error::new(
+                            "offload",
+                            "no offload (--no-offload) contradicts parallel.offload",
+                        ))
+                    }
+                },
+                _ => return Err(Error::new("offload", "must be true or false")),
+            }
+        }
         let gpus_per_node = o.u64_opt("gpus_per_node")?.unwrap_or(8);
         if gpus_per_node == 0 || gpus_per_node > 1024 {
             return Err(Error::new(
@@ -191,12 +306,8 @@ impl Request {
             ));
         }
         let gpus = parse_gpus(o.get("gpus"))?;
-        let top = o.u64_opt("top")?.unwrap_or(10).clamp(1, 1000) as usize;
-        let offload = match o.get("offload") {
-            None | Some(Value::Bool(true)) => true,
-            Some(Value::Bool(false)) => false,
-            Some(_) => return Err(Error::new("offload", "must be true or false")),
-        };
+        let top = o.bounded_opt("top", 1, 1000)?.unwrap_or(10) as usize;
+        let offload = fixed.offload != Some((false, false));
         let host_gb = o.u64_opt("host_memory_gb")?.unwrap_or(DEFAULT_HOST_GB);
         if host_gb > 1 << 30 {
             return Err(Error::new(
@@ -213,6 +324,7 @@ impl Request {
             offload,
             host_bytes_per_node: host_gb * 1_000_000_000,
             source,
+            fixed,
         })
     }
 }
@@ -431,14 +543,19 @@ impl Sweep<'_> {
             &[Recompute::None, Recompute::Full]
         };
         let mut considered = 0;
+        let fx = req.fixed;
         for tp in divisors(g) {
-            if tp > req.gpus_per_node
+            if !Fixed::allows(fx.tp, tp)
+                || tp > req.gpus_per_node
                 || !a.heads.is_multiple_of(tp)
                 || (a.mla.is_none() && !a.kv_heads.is_multiple_of(tp))
             {
                 continue;
             }
             for cp in divisors(g / tp) {
+                if !Fixed::allows(fx.cp, cp) {
+                    continue;
+                }
                 if cp > 1
                     && (s.attention == Attention::Eager
                         || !s.seq.is_multiple_of(2 * cp)
@@ -447,20 +564,42 @@ impl Sweep<'_> {
                     continue;
                 }
                 for ep in divisors(g / tp / cp) {
+                    if !Fixed::allows(fx.ep, ep) {
+                        continue;
+                    }
                     if ep > 1 && (a.moe.is_none() || !experts.is_multiple_of(ep)) {
                         continue;
                     }
                     for pp in divisors(g / tp / cp / ep) {
                         let dp = g / tp / cp / ep / pp;
-                        if pp > a.layers || !req.global_batch.is_multiple_of(dp) {
+                        if !Fixed::allows(fx.pp, pp)
+                            || !Fixed::allows(fx.dp, dp)
+                            || fx.shard_group.is_some_and(|k| !dp.is_multiple_of(k))
+                            || pp > a.layers
+                            || !req.global_batch.is_multiple_of(dp)
+                        {
                             continue;
                         }
                         let per_replica = req.global_batch / dp;
                         let mut b = 1;
-                        while b <= MAX_MICRO_BATCH && b <= per_replica {
-                            if per_replica.is_multiple_of(b) {
-                                let m = per_replica / b;
+                        while b <= MAX_MICRO_BATCH.max(fx.micro_batch.unwrap_or(0))
+                            && b <= per_replica
+                        {
+                            let m = per_replica / b;
+                            if per_replica.is_multiple_of(b)
+                                && Fixed::allows(fx.micro_batch, b)
+                                && Fixed::allows(fx.grad_accum, m)
+                                && m <= MAX_GRAD_ACCUM
+                            {
                                 for v in [1, 2, 4] {
+                                    let sched = if v > 1 {
+                                        Schedule::Interleaved(v)
+                                    } else {
+                                        Schedule::OneFOneB
+                                    };
+                                    if fx.schedule.is_some_and(|f| f != sched) {
+                                        continue;
+                                    }
                                     if v > 1
                                         && (pp == 1
                                             || !a.layers.is_multiple_of(pp * v)
@@ -474,19 +613,19 @@ impl Sweep<'_> {
                                         pp,
                                         cp,
                                         ep,
-                                        shard_group: dp,
+                                        shard_group: fx.shard_group.unwrap_or(dp),
                                         grad_accum: m,
-                                        schedule: if v > 1 {
-                                            Schedule::Interleaved(v)
-                                        } else {
-                                            Schedule::OneFOneB
-                                        },
+                                        schedule: sched,
                                         ..base
                                     };
                                     considered += self.options(par, b, recomputes);
                                 }
                             }
-                            b *= 2;
+                            // Powers of two, and the fixed micro-batch when it is not one.
+                            b = match fx.micro_batch {
+                                Some(f) if f > b && f < b * 2 => f,
+                                _ => b * 2,
+                            };
                         }
                     }
                 }
@@ -499,18 +638,25 @@ impl Sweep<'_> {
     fn options(&mut self, par: Parallel, b: u64, recomputes: &[Recompute]) -> u64 {
         let mut n = 0;
         let pipeline_limits = par.pp > 1 && par.framework != Framework::Fsdp;
+        let fx = self.req.fixed;
         for zero in 0..=3u8 {
             // DeepSpeed's and Megatron's pipelines take ZeRO-1 at most.
-            if pipeline_limits && zero > 1 {
+            if (pipeline_limits && zero > 1) || fx.zero.is_some_and(|z| z != zero) {
                 continue;
             }
             for offload in 0..3 {
                 if (offload >= 1 && (zero == 0 || par.pp > 1 || !self.req.offload))
                     || (offload == 2 && zero < 3)
+                    || fx
+                        .offload
+                        .is_some_and(|(o, p)| (o, p) != (offload >= 1, offload == 2))
                 {
                     continue;
                 }
                 for &r in recomputes {
+                    if fx.recompute.is_some_and(|f| f != r) {
+                        continue;
+                    }
                     let par = Parallel {
                         zero,
                         offload_optimizer: offload >= 1,

@@ -170,8 +170,8 @@ pub struct Scenario {
 
 const MAX_BATCH: u64 = 1 << 24;
 const MAX_SEQ: u64 = 1 << 27;
-const MAX_TOKENS: u64 = 1 << 40;
-const MAX_GPUS: u64 = 1 << 20;
+pub(crate) const MAX_TOKENS: u64 = 1 << 40;
+pub(crate) const MAX_GPUS: u64 = 1 << 20;
 
 pub const LORA_TARGETS: &[&str] = &[
     "q_proj",

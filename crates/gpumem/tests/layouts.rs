@@ -1,6 +1,7 @@
 //! Model-parallel layouts (tensor + sequence, pipeline, context, expert) and the planner:
 //! published figures, schedule arithmetic and invariants.
 
+mod common;
 use gpumem::plan::{plan, Request};
 use gpumem::{estimate, Estimate, Scenario};
 use proptest::prelude::*;
@@ -227,7 +228,7 @@ fn planner_requests_name_their_errors() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(64))]
+    #![proptest_config(common::cases(64))]
 
     /// Splitting the model over more tensor, pipeline or expert ranks never raises a GPU's
     /// model states; the worst stage is the reported one.

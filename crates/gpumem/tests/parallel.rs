@@ -1,5 +1,6 @@
 //! Data-parallel sharding and layouts: published reference figures and invariants.
 
+mod common;
 use gpumem::{estimate, Scenario};
 use proptest::prelude::*;
 use serde_json::{json, Value};
@@ -156,7 +157,7 @@ fn invalid_layouts_say_which_constraint_failed() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(48))]
+    #![proptest_config(common::cases(48))]
 
     /// Sharding more never raises what a GPU keeps; a state sharded over n ranks sums back to
     /// the whole; a trivial layout equals the single-GPU estimate.

@@ -1,5 +1,6 @@
 //! Property tests: monotonicity, invariance, and parsers that never panic.
 
+mod common;
 use gpumem::{estimate, Scenario};
 use proptest::prelude::*;
 use serde_json::json;
@@ -31,7 +32,7 @@ fn peak(
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(48))]
+    #![proptest_config(common::cases(48))]
 
     #[test]
     fn peak_grows_with_batch_and_seq(m in 0..PRESETS.len(), p in 0..PRECISIONS.len(), b in 1u64..8, s in 1u64..1000,
