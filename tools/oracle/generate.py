@@ -60,6 +60,10 @@ def parse():
     p.add_argument("--new-tokens", type=int, default=16)
     p.add_argument("--attn", default="sdpa")
     p.add_argument("--trace-moe", action="store_true")
+    p.add_argument("--prefill-only", action="store_true",
+                   help="one forward with use_cache=True, logits_to_keep=1 (generate's prefill) instead of "
+                        "model.generate: generate() itself branches on data (.item() on the attention mask, "
+                        "stopping criteria), which FakeTensorMode cannot run")
     p.add_argument("--out", default="")
     return p.parse_args()
 
@@ -167,6 +171,10 @@ def main():
             tr.reset_peak()
             tr.mark("generate")
             with torch.no_grad():
+              if a.prefill_only:
+                out = model(input_ids=ids, use_cache=True, logits_to_keep=1)  # all-ones mask == no mask
+                rec["mode"] = "prefill"
+              else:
                 out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=a.new_tokens,
                                      min_new_tokens=a.new_tokens, do_sample=False,
                                      return_dict_in_generate=True, pad_token_id=0)
