@@ -1,0 +1,242 @@
+"""Training peaks per model family on the CPU oracle (tools/oracle/oracle.py, unchanged).
+
+Run by hand:  python tools/oracle/families.py [--only NAME ...] [--list]
+
+Each case is a *small but realistically shaped* config: the published config of a released
+model (tests/data/models/configs/) with fewer layers — every other width, head count, vocab,
+expert count, top-k and feature kept — and the layer pattern cut so that every kind of layer
+the family has is present (sliding and full, linear-attention and full, dense-first and MoE,
+RoPE and NoPE). The small configs are written to tests/data/oracle/families/<case>.json and run
+with
+
+    oracle.py --device cpu --fake --layout single --hf-config CFG --batch 1 --seq S --precision bf16
+
+(3 steps, AdamW fused, figures of the last step). Results: tests/data/oracle/families.jsonl
+(scenario format of tests/data/calibration-scenarios.jsonl) and families-detail.jsonl (peak op,
+labels at the peak, per-layer forward deltas). Nothing in oracle.py had to change: cases that
+need another model class than AutoModelForCausalLM's (multimodal wrappers) are given their text
+config (`gemma3_text`, `llama4_text`), and `kimi_k2` is given as `deepseek_v3`.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+CFG = os.path.join(ROOT, "tests", "data", "models", "configs")
+OUT = os.path.join(ROOT, "tests", "data", "oracle")
+SMALL = os.path.join(OUT, "families")
+PY = sys.executable
+GPU = {"capacity_bytes": 85017493504}
+DROP = ("architectures", "auto_map", "quantization_config", "_name_or_path", "torch_dtype",
+        "transformers_version", "unsloth_fixed", "model_max_length", "cache_implementation")
+
+
+def base(name):
+    d = json.load(open(os.path.join(CFG, name + ".json")))
+    return {k: v for k, v in d.items() if k not in DROP}
+
+
+def cut(d, n, layer_types=None, **kw):
+    d = dict(d)
+    d["num_hidden_layers"] = n
+    if layer_types is not None:
+        d["layer_types"] = layer_types
+    elif "layer_types" in d:
+        d["layer_types"] = d["layer_types"][:n]
+    d.update(kw)
+    return d
+
+
+def small_configs():
+    c = {}
+    c["llama3.1-8b-L4"] = ("llama3.1-8b", cut(base("llama3.1-8b"), 4))
+    c["mistral-7b-v0.1-L4"] = ("mistral-7b-v0.1", cut(base("mistral-7b-v0.1"), 4))
+    c["qwen2.5-7b-L4"] = ("qwen2.5-7b-instruct", cut(base("qwen2.5-7b-instruct"), 4))
+    c["qwen3-8b-L4"] = ("qwen3-8b", cut(base("qwen3-8b"), 4))
+    c["qwen3-30b-a3b-L2"] = ("qwen3-30b-a3b", cut(base("qwen3-30b-a3b"), 2))
+    # 3 gated-delta-net layers + 1 gated full-attention layer, 512 experts top-10 + shared expert
+    c["qwen3-next-80b-a3b-L4"] = ("qwen3-next-80b-a3b-instruct", cut(base("qwen3-next-80b-a3b-instruct"), 4))
+    c["qwen1.5-moe-a2.7b-L2"] = ("qwen1.5-moe-a2.7b", cut(base("qwen1.5-moe-a2.7b"), 2))
+    c["mixtral-8x7b-L2"] = ("mixtral-8x7b", cut(base("mixtral-8x7b"), 2))
+    # gemma2: alternating sliding/full (layer 0 sliding), softcapping, sandwich norms
+    c["gemma-2-9b-L4"] = ("gemma-2-9b-it", cut(base("gemma-2-9b-it"), 4))
+    # gemma3: 5 sliding + 1 full (the published 5:1 pattern), QK-norm, sandwich norms
+    g3 = base("gemma-3-1b-it")
+    g3.pop("sliding_window_pattern", None)
+    c["gemma-3-1b-L6"] = ("gemma-3-1b-it", cut(g3, 6, ["sliding_attention"] * 5 + ["full_attention"]))
+    g12 = dict(base("gemma-3-12b-it")["text_config"])
+    g12.pop("sliding_window_pattern", None)
+    c["gemma-3-12b-text-L6"] = ("gemma-3-12b-it", cut(g12, 6, ["sliding_attention"] * 5 + ["full_attention"]))
+    # llama4 Scout text: layer 0 chunked attention with RoPE + QK-norm, layer 1 NoPE full attention
+    l4 = dict(base("llama4-scout-17b-16e")["text_config"])
+    c["llama4-scout-text-L2"] = ("llama4-scout-17b-16e", cut(l4, 2, None, no_rope_layer_interval=2))
+    c["phi-4-L4"] = ("phi-4", cut(base("phi-4"), 4))
+    c["phi-3.5-mini-L4"] = ("phi-3.5-mini-instruct", cut(base("phi-3.5-mini-instruct"), 4))
+    c["olmo-2-7b-L4"] = ("olmo-2-1124-7b", cut(base("olmo-2-1124-7b"), 4))
+    # GLM-4.5-Air: 1 dense layer then 1 MoE layer (128 experts top-8 + 1 shared), partial RoPE
+    c["glm-4.5-air-L2"] = ("glm-4.5-air", cut(base("glm-4.5-air"), 2, num_nextn_predict_layers=0))
+    # gpt-oss: sliding (128) + full, attention sinks, biased experts with clamped SwiGLU
+    c["gpt-oss-20b-L2"] = ("gpt-oss-20b", cut(base("gpt-oss-20b"), 2))
+    # DeepSeek-V2-Lite: MLA without q_lora, 1 dense + 1 MoE (64 experts top-6, 2 shared)
+    c["deepseek-v2-lite-L2"] = ("deepseek-v2-lite", cut(base("deepseek-v2-lite"), 2))
+    # DeepSeek-V3 widths (MLA with q_lora, sigmoid router with bias buffer, group-limited top-k):
+    # one dense + one MoE layer; 256 x 7168 x 2048 x 3 experts (11.3 B per MoE layer) would not fit
+    # 80 GB with AdamW, so 32 experts in 8 groups (top-4 groups, top-8 experts) -- a deviation.
+    v3 = base("deepseek-v3")
+    c["deepseek-v3-L2-e32"] = ("deepseek-v3", cut(v3, 2, None, n_routed_experts=32, num_nextn_predict_layers=0))
+    c["smollm3-3b-L4"] = ("smollm3-3b", cut(base("smollm3-3b"), 4))
+    c["granite-3.1-8b-L4"] = ("granite-3.1-8b-instruct", cut(base("granite-3.1-8b-instruct"), 4))
+    c["falcon-7b-L4"] = ("falcon-7b", cut(base("falcon-7b"), 4))
+    c["pythia-1b-L4"] = ("pythia-1b", cut(base("pythia-1b"), 4))
+    c["starcoder2-7b-L4"] = ("starcoder2-7b", cut(base("starcoder2-7b"), 4))
+    c["command-r-v01-L2"] = ("c4ai-command-r-v01", cut(base("c4ai-command-r-v01"), 2))
+    # cohere2: 3 sliding (RoPE) + 1 full (NoPE), parallel attention + MLP block
+    cr7 = base("c4ai-command-r7b-12-2024")
+    c["command-r7b-L4"] = ("c4ai-command-r7b-12-2024", cut(cr7, 4))
+    return c
+
+
+# (case, seq, ckpt, attn)
+EAGER_ONLY = {"gpt-oss-20b-L2"}  # GptOss has no SDPA path in transformers 5.17
+RUNS = [(n, 2048, 0, "eager" if n in EAGER_ONLY else "sdpa") for n in small_configs()] + [
+    ("qwen3-8b-L4", 4096, 0, "sdpa"),
+    ("qwen3-8b-L4", 2048, 1, "sdpa"),
+    ("qwen3-30b-a3b-L2", 2048, 1, "sdpa"),
+    ("qwen3-30b-a3b-L2", 4096, 0, "sdpa"),
+    ("gemma-2-9b-L4", 2048, 0, "eager"),
+    ("gemma-2-9b-L4", 4096, 0, "sdpa"),
+    ("gemma-3-1b-L6", 2048, 1, "sdpa"),
+    ("gemma-3-1b-L6", 2048, 0, "eager"),
+    ("deepseek-v2-lite-L2", 2048, 1, "sdpa"),
+    ("mistral-7b-v0.1-L4", 4096, 0, "sdpa"),
+    ("gpt-oss-20b-L2", 4096, 0, "eager"),
+    ("command-r7b-L4", 4096, 0, "sdpa"),
+]
+
+
+def case_name(n, s, ck, at):
+    return f"{n} bf16-adamw b=1 s={s} ck={ck} {at} train"
+
+
+def run(n, s, ck, at, src):
+    cfgp = os.path.join(SMALL, n + ".json")
+    rel = os.path.relpath(cfgp, ROOT)
+    cmd = [PY, os.path.abspath(__file__), "--oracle", "--device", "cpu", "--fake", "--layout", "single",
+           "--hf-config", cfgp, "--batch", "1", "--seq", str(s), "--precision", "bf16", "--attn", at,
+           "--ckpt", str(ck)]
+    shown = (f"python tools/oracle/families.py --oracle --device cpu --fake --layout single --hf-config {rel} "
+             f"--batch 1 --seq {s} --precision bf16 --attn {at} --ckpt {ck}")
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
+    if p.returncode != 0 or not lines:
+        return None, shown, (p.stderr or p.stdout)[-1500:]
+    return json.loads(lines[-1]), shown, None
+
+
+def oracle_with_longrope_patch(argv):
+    """Run oracle.py's main() unchanged, with one patch: LongRoPE (phi3 with rope_scaling
+    longrope) chooses its factors by `torch.max(position_ids) + 1 > original_max`, a
+    data-dependent branch FakeTensorMode cannot take. For a batch of positions 0..seq-1 the max
+    is seq-1; answer that as a Python int and leave every other torch.max alone."""
+    sys.argv = [os.path.join(HERE, "oracle.py")] + argv
+    seq = int(argv[argv.index("--seq") + 1])
+    import torch
+    orig = torch.max
+
+    def patched(*a, **k):
+        t = a[0] if a else None
+        if (len(a) == 1 and not k and isinstance(t, torch._subclasses.FakeTensor)
+                and t.dtype == torch.long and t.dim() == 2 and t.shape[-1] == seq):
+            return seq - 1
+        return orig(*a, **k)
+    torch.max = patched
+    # oracle.py hooks `model.model.layers`; falcon keeps its blocks in `transformer.h` and
+    # gpt_neox in `gpt_neox.layers`: give those classes a read-only `model.layers` alias
+    # (used only to register the per-layer forward hooks).
+    import types
+    from transformers import FalconForCausalLM, GPTNeoXForCausalLM
+    FalconForCausalLM.model = property(lambda self: types.SimpleNamespace(layers=self.transformer.h))
+    GPTNeoXForCausalLM.model = property(lambda self: types.SimpleNamespace(layers=self.gpt_neox.layers))
+    sys.path.insert(0, HERE)
+    import oracle
+    try:
+        oracle.main()
+    finally:
+        import torch.distributed as dist
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--oracle":
+        return oracle_with_longrope_patch(sys.argv[2:])
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", nargs="*")
+    ap.add_argument("--list", action="store_true")
+    a = ap.parse_args()
+    import platform
+    os.makedirs(SMALL, exist_ok=True)
+    cfgs = small_configs()
+    for n, (src, d) in cfgs.items():
+        with open(os.path.join(SMALL, n + ".json"), "w") as f:
+            json.dump(d, f, indent=1)
+            f.write("\n")
+    if a.list:
+        for r in RUNS:
+            print(case_name(*r))
+        return
+    fam_p = os.path.join(OUT, "families.jsonl")
+    det_p = os.path.join(OUT, "families-detail.jsonl")
+    old = {}
+    if os.path.exists(fam_p):
+        for l in open(fam_p):
+            r = json.loads(l)
+            old[r["name"]] = r
+    old_d = {}
+    if os.path.exists(det_p):
+        for l in open(det_p):
+            r = json.loads(l)
+            old_d[r["name"]] = r
+    machine = f"{platform.machine()} CPU x{os.cpu_count()}, FakeTensorMode (no GPU); tracker rounds to 512 B"
+    for (n, s, ck, at) in RUNS:
+        name = case_name(n, s, ck, at)
+        if a.only and n not in a.only and name not in a.only:
+            continue
+        src, d = cfgs[n]
+        rec, shown, err = run(n, s, ck, at, src)
+        if rec is None:
+            print(f"FAILED {name}: {err}", flush=True)
+            continue
+        import torch, transformers  # noqa
+        versions = {"torch": rec["torch"], "transformers": rec["transformers"]}
+        scen = {"model": {"hf_config": d}, "batch": 1, "seq": s, "mode": "train", "precision": "bf16",
+                "optimizer": "adamw", "recompute": "full" if ck else "none",
+                "attention": "flash" if at == "sdpa" else "eager", "gpu": GPU, "finetune": "full",
+                "parallel": {"dp": 1, "tp": 1, "pp": 1, "cp": 1, "ep": 1, "zero": 0}}
+        expect = {k: rec[k] for k in ("peak_step", "peak_first_step", "mem_after_forward",
+                                      "mem_end_of_step", "params")}
+        expect["mem_after_model"] = rec["mem_after_model"]
+        expect["oom"] = False
+        old[name] = {"name": name, "family": d.get("model_type"), "from_config": f"tests/data/models/configs/{src}.json",
+                     "scenario": scen, "expect": expect, "command": shown, "versions": versions, "machine": machine}
+        old_d[name] = {"name": name, "peak_where": rec["peak_where"], "peak_op": rec["peak_op"],
+                       "peak_breakdown": rec["peak_breakdown"], "peak_labels": rec["peak_labels"],
+                       "layer_fwd_deltas": rec["layer_fwd_deltas"], "per_layer_saved": rec["per_layer_saved"],
+                       "peak_forward": rec["peak_forward"], "mem_after_backward": rec["mem_after_backward"],
+                       "mem_start_of_step": rec["mem_start_of_step"], "peaks": rec["peaks"],
+                       "wall_s": rec["wall_s"]}
+        print(f"{name}: peak {rec['peak_step']:,} params {rec['params']:,} ({rec['wall_s']} s) at {rec['peak_where']}",
+              flush=True)
+        with open(fam_p, "w") as f:
+            for k in sorted(old):
+                f.write(json.dumps(old[k]) + "\n")
+        with open(det_p, "w") as f:
+            for k in sorted(old_d):
+                f.write(json.dumps(old_d[k]) + "\n")
+
+
+if __name__ == "__main__":
+    main()
