@@ -130,14 +130,6 @@ fn headroom(capacity: u64, device: u64) -> i64 {
     (capacity as i128 - device as i128).clamp(i64::MIN as i128, i64::MAX as i128) as i64
 }
 
-const COMPONENTS: [&str; 5] = [
-    "activations",
-    "logits",
-    "weight_copies",
-    "gradients",
-    "temporaries",
-];
-
 /// Estimate a scenario.
 pub fn estimate(s: &Scenario) -> Result<Estimate> {
     let mut notes = Vec::new();
@@ -224,10 +216,16 @@ pub fn estimate(s: &Scenario) -> Result<Estimate> {
         parts.push(("master_weights", master));
         parts.push(("optimizer_states", optim));
     }
-    for (i, n) in COMPONENTS.iter().enumerate() {
-        let v = at_peak.0[i].max(0.0);
-        if v > 0.0 || *n == "activations" {
-            parts.push((n, v));
+    for c in [
+        Cat::Activations,
+        Cat::Logits,
+        Cat::WeightCopies,
+        Cat::Gradients,
+        Cat::Temporaries,
+    ] {
+        let v = at_peak.get(c).max(0.0);
+        if v > 0.0 || c == Cat::Activations {
+            parts.push((c.key(), v));
         }
     }
     if !train {
@@ -761,7 +759,7 @@ fn stretches(ctx: &Ctx<'_>, mode: tape::Mode) -> Stretches {
     post.head(x);
     let post_p = post.tape.run(tape::Mode::Normal.or_nograd(mode));
     // The layer input is freed during the layer's forward unless a saved tensor is it.
-    let input_freed = dense.fwd_delta.total() < dense.out_bytes - 1.0
+    let input_freed = dense.fwd.delta.total() < dense.out_bytes - 1.0
         || a.learned_positions.is_some()
         || !ctx.train;
     Stretches {
@@ -838,8 +836,8 @@ fn train_step(
             .into_iter()
             .chain(st.moe.as_mut())
         {
-            p.bwd_delta.0[g] *= f;
-            p.bwd_peak.0[g] *= f;
+            p.bwd.delta.0[g] *= f;
+            p.bwd.peak.0[g] *= f;
         }
     }
     let dense_n = a.moe.as_ref().map_or(a.layers, |m| m.first_dense_layers);
@@ -857,21 +855,21 @@ fn train_step(
     };
     point(tl, "start of step", &r.cur);
     // Forward.
-    r.at(st.pre.fwd_peak, || "forward: embedding".into());
-    r.cur = r.cur.plus(st.pre.fwd_delta);
+    r.at(st.pre.fwd.peak, || "forward: embedding".into());
+    r.cur = r.cur.plus(st.pre.fwd.delta);
     r.cur.add(Cat::Activations, st.embeds_hold);
     r.repeat(
         dense_n,
-        st.dense.fwd_delta,
-        st.dense.fwd_peak,
+        st.dense.fwd.delta,
+        st.dense.fwd.peak,
         "forward: layer",
     );
     if let Some(m) = &st.moe {
-        r.repeat(moe_n, m.fwd_delta, m.fwd_peak, "forward: MoE layer");
+        r.repeat(moe_n, m.fwd.delta, m.fwd.peak, "forward: MoE layer");
     }
     point(tl, "forward: after the layers", &r.cur);
-    r.at(st.post.fwd_peak, || "forward: logits and loss".into());
-    r.cur = r.cur.plus(st.post.fwd_delta);
+    r.at(st.post.fwd.peak, || "forward: logits and loss".into());
+    r.cur = r.cur.plus(st.post.fwd.delta);
     // Leaving the forward: inputs_embeds dropped; autocast's cache cleared.
     r.cur.add(Cat::Activations, -st.embeds_hold);
     let cached = st.dense.fwd_cached.scale(dense_n as f64).plus(
@@ -881,24 +879,24 @@ fn train_step(
     r.cur = r.cur.minus(cached);
     point(tl, "after forward", &r.cur);
     // Backward: head and loss, then layers top-down, then the embedding.
-    r.at(st.post.bwd_peak, || "backward: logits and loss".into());
-    r.cur = r.cur.plus(st.post.bwd_delta);
+    r.at(st.post.bwd.peak, || "backward: logits and loss".into());
+    r.cur = r.cur.plus(st.post.bwd.delta);
     if let Some(m) = &st.moe {
         r.repeat(
             moe_n,
-            m.bwd_delta,
-            m.bwd_peak,
+            m.bwd.delta,
+            m.bwd.peak,
             "backward: MoE layer (from the top)",
         );
     }
     r.repeat(
         dense_n,
-        st.dense.bwd_delta,
-        st.dense.bwd_peak,
+        st.dense.bwd.delta,
+        st.dense.bwd.peak,
         "backward: layer (from the top)",
     );
-    r.at(st.pre.bwd_peak, || "backward: embedding".into());
-    r.cur = r.cur.plus(st.pre.bwd_delta);
+    r.at(st.pre.bwd.peak, || "backward: embedding".into());
+    r.cur = r.cur.plus(st.pre.bwd.delta);
     point(tl, "after backward", &r.cur);
     // Optimizer step: the grads and `out.logits` are still alive. Non-fused temporaries:
     let opt_temp = match s.optimizer {
@@ -943,19 +941,19 @@ fn inference(
         phase: "weights".into(),
         bytes: weights as u64,
     });
-    r.at(st.pre.fwd_peak, || "prefill: embedding".into());
-    r.cur = r.cur.plus(st.pre.fwd_delta);
+    r.at(st.pre.fwd.peak, || "prefill: embedding".into());
+    r.cur = r.cur.plus(st.pre.fwd.delta);
     r.cur.add(Cat::Activations, st.embeds_hold);
     r.repeat(
         dense_n,
-        st.dense.fwd_delta,
-        st.dense.fwd_peak,
+        st.dense.fwd.delta,
+        st.dense.fwd.peak,
         "prefill: layer",
     );
     if let Some(m) = &st.moe {
-        r.repeat(moe_n, m.fwd_delta, m.fwd_peak, "prefill: MoE layer");
+        r.repeat(moe_n, m.fwd.delta, m.fwd.peak, "prefill: MoE layer");
     }
-    r.at(st.post.fwd_peak, || "prefill: last-token logits".into());
+    r.at(st.post.fwd.peak, || "prefill: last-token logits".into());
     let kv_elem = a.kv_elems_per_token_layer() as f64 * ctx.c.bytes();
     let kv_len = (s.seq + s.new_tokens.max(1) - 1) as f64;
     let kv_final = a.layers as f64 * s.batch as f64 * kv_len * kv_elem;

@@ -136,6 +136,7 @@ impl<'c, 'a> Builder<'c, 'a> {
             self.dt.resize(t + 1, DType::F32);
         }
         self.dt[t] = d;
+        self.tape.set_dtype(t, d);
         t
     }
 

@@ -12,6 +12,7 @@ pub mod knobs;
 pub mod layout;
 pub mod map;
 pub mod megatron;
+pub mod mem;
 pub mod num;
 pub mod order;
 pub mod plan;

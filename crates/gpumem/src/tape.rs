@@ -12,78 +12,75 @@
 /// Index of a tensor on a tape.
 pub type Tid = usize;
 
-/// What a byte of memory is, for the breakdown at the peak.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Cat {
-    /// Tensors saved for backward (and forward intermediates).
-    Activations = 0,
-    /// Logits and the loss's fp32 buffers.
-    Logits = 1,
-    /// Low-precision copies of weights made by autocast / dequantisation, saved for backward.
-    WeightCopies = 2,
-    /// Parameter gradients.
-    Gradients = 3,
-    /// Gradients of activations and other short-lived buffers.
-    Temporaries = 4,
-}
+use crate::dtype::DType;
+pub use crate::mem::{Bytes, Cat, Event, Seg, Where, NCAT};
 
-pub const NCAT: usize = 5;
-
-/// Bytes by category.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Bytes(pub [f64; NCAT]);
-
-impl Bytes {
-    pub fn of(cat: Cat, b: f64) -> Bytes {
-        let mut x = Bytes::default();
-        x.0[cat as usize] = b;
-        x
-    }
-    pub fn total(&self) -> f64 {
-        self.0.iter().sum()
-    }
-    pub fn add(&mut self, cat: Cat, b: f64) {
-        self.0[cat as usize] += b;
-    }
-    pub fn plus(mut self, o: Bytes) -> Bytes {
-        for i in 0..NCAT {
-            self.0[i] += o.0[i];
-        }
-        self
-    }
-    pub fn minus(mut self, o: Bytes) -> Bytes {
-        for i in 0..NCAT {
-            self.0[i] -= o.0[i];
-        }
-        self
-    }
-    pub fn scale(mut self, k: f64) -> Bytes {
-        for v in self.0.iter_mut() {
-            *v *= k;
-        }
-        self
-    }
-}
-
-/// Running memory with its high-water mark (and the breakdown at that mark).
-#[derive(Clone, Copy, Debug, Default)]
-struct Meter {
+/// Running memory with its high-water mark (the breakdown there, and the op running), and
+/// optionally every allocation and free.
+struct Meter<'e> {
     live: Bytes,
     peak: Bytes,
+    at: &'static str,
+    trace: Option<&'e mut Vec<Event>>,
 }
 
-impl Meter {
-    fn add(&mut self, cat: Cat, b: f64) {
-        self.live.add(cat, b);
+impl<'e> Meter<'e> {
+    fn new(trace: Option<&'e mut Vec<Event>>) -> Self {
+        Meter {
+            live: Bytes::default(),
+            peak: Bytes::default(),
+            at: "",
+            trace,
+        }
     }
-    fn sub(&mut self, cat: Cat, b: f64) {
+    fn record(&mut self, cat: Cat, b: f64, what: &'static str, role: &'static str) {
+        if let Some(t) = self.trace.as_deref_mut() {
+            if b != 0.0 {
+                t.push(Event {
+                    bytes: b,
+                    cat,
+                    at: Where {
+                        what,
+                        ..Where::default()
+                    },
+                    role,
+                });
+            }
+        }
+    }
+    fn add(&mut self, cat: Cat, b: f64, what: &'static str, role: &'static str) {
+        self.live.add(cat, b);
+        self.record(cat, b, what, role);
+    }
+    fn sub(&mut self, cat: Cat, b: f64, what: &'static str, role: &'static str) {
         self.live.add(cat, -b);
+        self.record(cat, -b, what, role);
     }
     /// Record the current point (plus a transient) as a candidate peak.
-    fn mark(&mut self, transient: Bytes) {
+    fn mark(&mut self, transient: Bytes, what: &'static str) {
         let now = self.live.plus(transient);
         if now.total() > self.peak.total() {
             self.peak = now;
+            self.at = what;
+        }
+        if transient.total() > 0.0 {
+            for c in Cat::ALL {
+                let b = transient.get(c);
+                if b > 0.0 {
+                    self.record(c, b, what, "workspace");
+                    self.record(c, -b, what, "workspace");
+                }
+            }
+        }
+    }
+    fn seg(&self, start: Bytes) -> Seg {
+        Seg {
+            delta: self.live.minus(start),
+            peak: self.peak.minus(start),
+            at: Where {
+                what: self.at,
+                ..Where::default()
+            },
         }
     }
 }
@@ -99,6 +96,9 @@ struct Tensor {
 struct Storage {
     bytes: f64,
     cat: Cat,
+    dtype: DType,
+    /// The op that made it.
+    name: &'static str,
     /// Alive from the start (the input of the stretch); not allocated by the tape.
     external: bool,
     /// Kept alive until the end of the stretch's forward even when no op uses it any more
@@ -137,6 +137,7 @@ impl Ids {
 
 #[derive(Clone, Debug, Default)]
 struct Op {
+    name: &'static str,
     inputs: Ids,
     outputs: Ids,
     saved: Ids,
@@ -149,20 +150,18 @@ struct Op {
 /// Where memory stood and peaked while replaying a stretch, relative to its start.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Profile {
-    /// Forward: the breakdown at the highest point, relative to the start.
-    pub fwd_peak: Bytes,
-    /// Forward: net change from start to end (saved tensors + output − freed input).
-    pub fwd_delta: Bytes,
+    /// Forward: net change from start to end (saved tensors + output − freed input) and the
+    /// highest point.
+    pub fwd: Seg,
     /// Autocast-cached weight copies alive at the end of the forward that no op saved; they
-    /// leave when the whole forward leaves autocast. Included in `fwd_delta`.
+    /// leave when the whole forward leaves autocast. Included in `fwd.delta`.
     pub fwd_cached: Bytes,
-    /// Bytes of the stretch's output tensor (included in `fwd_delta`).
+    /// Bytes of the stretch's output tensor (included in `fwd.delta`).
     pub out_bytes: f64,
-    /// Backward: the breakdown at the highest point above the backward's start. The start
-    /// holds the saved tensors and the grad of the output, not the output itself.
-    pub bwd_peak: Bytes,
-    /// Backward: net change (param grads + input grad − saved − output grad).
-    pub bwd_delta: Bytes,
+    /// Backward: the highest point above the backward's start, which holds the saved tensors
+    /// and the grad of the output, not the output itself; net change (param grads + input
+    /// grad − saved − output grad).
+    pub bwd: Seg,
 }
 
 /// How a stretch is replayed.
@@ -177,9 +176,24 @@ pub enum Mode {
     NoGrad,
 }
 
+/// What happens to the parameter gradients a backward computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Grads {
+    /// They become the parameters' `.grad` (none existed: `zero_grad(set_to_none=True)`).
+    New,
+    /// `.grad` already exists (a later micro-batch of gradient accumulation): each is added
+    /// into it in place and the freshly computed one is freed.
+    Accumulate,
+    /// The framework reduces them into a buffer of its own (Megatron's `main_grad`): each
+    /// lives only while it is added in.
+    IntoBuffer,
+}
+
 /// Arguments of [`Tape::op`].
 #[derive(Clone, Copy, Debug)]
 pub struct OpSpec<'a> {
+    /// What the op is, for the timeline (`"mlp.up_proj"`, `"softmax"`).
+    pub name: &'static str,
     pub inputs: &'a [Tid],
     pub out_bytes: f64,
     pub saved: &'a [Tid],
@@ -199,6 +213,7 @@ pub struct OpSpec<'a> {
 impl Default for OpSpec<'_> {
     fn default() -> Self {
         OpSpec {
+            name: "",
             inputs: &[],
             out_bytes: 0.0,
             saved: &[],
@@ -225,10 +240,19 @@ impl Tape {
         Self::default()
     }
 
-    fn new_storage(&mut self, bytes: f64, rg: bool, external: bool, cat: Cat) -> Tid {
+    fn new_storage(
+        &mut self,
+        bytes: f64,
+        rg: bool,
+        external: bool,
+        cat: Cat,
+        name: &'static str,
+    ) -> Tid {
         self.storages.push(Storage {
             bytes,
             cat,
+            dtype: DType::F32,
+            name,
             external,
             held: false,
             kept: false,
@@ -244,12 +268,17 @@ impl Tape {
 
     /// The stretch's input: already in memory when the stretch starts.
     pub fn input(&mut self, bytes: f64, rg: bool) -> Tid {
-        self.new_storage(bytes, rg, true, Cat::Activations)
+        self.new_storage(bytes, rg, true, Cat::Activations, "input")
     }
 
     fn storage_mut(&mut self, t: Tid) -> &mut Storage {
         let s = self.tensors[t].storage;
         &mut self.storages[s]
+    }
+
+    /// Record the dtype of `t`'s storage (for the timeline's labels).
+    pub fn set_dtype(&mut self, t: Tid, d: DType) {
+        self.storage_mut(t).dtype = d;
     }
 
     /// Keep `t` alive until the end of this stretch's forward.
@@ -275,10 +304,14 @@ impl Tape {
         self.tensors[t].rg
     }
 
+    pub fn bytes(&self, t: Tid) -> f64 {
+        self.tensors[t].bytes
+    }
+
     /// Record an op producing one new tensor.
     pub fn op(&mut self, spec: OpSpec<'_>) -> Tid {
         let rg = spec.weights_rg || spec.inputs.iter().any(|&t| self.tensors[t].rg);
-        let out = self.new_storage(spec.out_bytes, rg, false, spec.cat);
+        let out = self.new_storage(spec.out_bytes, rg, false, spec.cat, spec.name);
         // An op saves only what some grad needs: nothing when nothing requires grad.
         let saved = if rg {
             Ids::from(spec.saved)
@@ -286,6 +319,7 @@ impl Tape {
             Ids::default()
         };
         self.ops.push(Op {
+            name: spec.name,
             inputs: Ids::from(spec.inputs),
             outputs: Ids::from(&[out]),
             saved,
@@ -333,6 +367,7 @@ impl Tape {
             })
             .collect();
         self.ops.push(Op {
+            name: "split",
             inputs: Ids::from(&[x]),
             outputs: Ids::from(&views),
             ..Op::default()
@@ -353,6 +388,13 @@ impl Tape {
 
     /// Replay forward then backward.
     pub fn run(&self, mode: Mode) -> Profile {
+        self.replay(mode, Grads::New, None)
+    }
+
+    /// Replay forward then backward, with what becomes of the parameter gradients, and
+    /// optionally every allocation and free in order (forward's, then backward's; the
+    /// backward's events follow one `Where::what == "backward"` marker with zero bytes).
+    pub fn replay(&self, mode: Mode, grads: Grads, mut trace: Option<&mut Vec<Event>>) -> Profile {
         let out = self.output.expect("a tape has an output");
         let out_storage = self.tensors[out].storage;
         let mut prof = Profile {
@@ -360,13 +402,27 @@ impl Tape {
             ..Profile::default()
         };
         let saving = mode == Mode::Normal;
-        let (fm, alive_fwd) = self.forward(saving, mode == Mode::Checkpointed);
-        prof.fwd_peak = fm.peak;
-        prof.fwd_delta = fm.live;
         let is_saved = self.saved_storages();
+        let (fm_seg, alive_fwd) = {
+            let mut fm = Meter::new(trace.as_deref_mut());
+            let alive = self.forward(&mut fm, saving, mode == Mode::Checkpointed, &is_saved);
+            (fm.seg(Bytes::default()), alive)
+        };
+        prof.fwd = fm_seg;
         prof.fwd_cached = self.cached_unsaved(&alive_fwd, saving, &is_saved);
         if mode == Mode::NoGrad {
             return prof;
+        }
+        if let Some(t) = trace.as_deref_mut() {
+            t.push(Event {
+                bytes: 0.0,
+                cat: Cat::Temporaries,
+                at: Where {
+                    what: "backward",
+                    ..Where::default()
+                },
+                role: "",
+            });
         }
         let grad_out = if self.tensors[out].rg {
             self.tensors[out].bytes
@@ -374,53 +430,64 @@ impl Tape {
             0.0
         };
         let out_cat = self.storages[out_storage].cat;
+        let out_name = self.storages[out_storage].name;
         // The backward's start: what the forward left, less the output (owned by the next
         // stretch) and the autocast cache (gone when autocast exits), plus the output's grad.
-        let mut m = Meter::default();
+        // Events before the start are not recorded: the caller accounts for them.
+        let mut m = Meter::new(None);
         let mut alive;
         let start: Bytes;
         match mode {
             Mode::Normal => {
                 alive = alive_fwd;
-                m.live = fm.live.minus(prof.fwd_cached);
+                m.live = prof.fwd.delta.minus(prof.fwd_cached);
                 for (s, st) in self.storages.iter().enumerate() {
                     if alive[s] && st.cached && !is_saved[s] {
                         alive[s] = false;
                     }
                 }
                 if alive[out_storage] && !self.storages[out_storage].kept {
-                    m.sub(out_cat, self.storages[out_storage].bytes);
+                    m.sub(out_cat, self.storages[out_storage].bytes, out_name, "");
                     alive[out_storage] = false;
                 }
-                m.add(Cat::Temporaries, grad_out);
+                m.add(Cat::Temporaries, grad_out, out_name, "grad of output");
                 start = m.live;
+                m.trace = trace;
             }
             _ => {
                 // Checkpointed: the held input and the output's grad; recompute with saving.
-                m.add(Cat::Temporaries, grad_out);
+                m.add(Cat::Temporaries, grad_out, out_name, "grad of output");
                 start = m.live;
-                let (rm, a) = self.forward(true, true);
-                m.peak = m.live.plus(rm.peak);
-                m.live = m.live.plus(rm.live);
+                m.trace = trace;
+                let base = m.live;
+                m.live = Bytes::default();
+                m.peak = Bytes::default();
+                let a = self.forward(&mut m, true, true, &is_saved);
+                m.peak = base.plus(m.peak);
+                m.live = base.plus(m.live);
                 alive = a;
                 if alive[out_storage] && !self.storages[out_storage].kept {
-                    m.sub(out_cat, self.storages[out_storage].bytes);
+                    m.sub(out_cat, self.storages[out_storage].bytes, out_name, "");
                     alive[out_storage] = false;
                 }
             }
         }
-        m.mark(Bytes::default());
-        self.backward(&mut alive, &mut m, out);
+        m.mark(Bytes::default(), out_name);
+        self.backward(&mut alive, &mut m, out, grads);
         if mode == Mode::Checkpointed {
             // The checkpoint releases its held input after the stretch's backward.
             for (s, st) in self.storages.iter().enumerate() {
                 if st.external && alive[s] {
-                    m.sub(st.cat, st.bytes);
+                    m.sub(
+                        st.cat,
+                        st.bytes,
+                        "checkpoint",
+                        "input held by the checkpoint",
+                    );
                 }
             }
         }
-        prof.bwd_peak = m.peak.minus(start);
-        prof.bwd_delta = m.live.minus(start);
+        prof.bwd = m.seg(start);
         prof
     }
 
@@ -434,66 +501,84 @@ impl Tape {
         b
     }
 
-    /// Forward replay from zero (the external input counts as already there). Returns the
-    /// meter and which storages are alive at the end.
-    fn forward(&self, saving: bool, hold_inputs: bool) -> (Meter, Vec<bool>) {
+    /// Forward replay from the meter's current point (the external input counts as already
+    /// there). Returns which storages are alive at the end.
+    fn forward(
+        &self,
+        m: &mut Meter<'_>,
+        saving: bool,
+        hold_inputs: bool,
+        is_saved: &[bool],
+    ) -> Vec<bool> {
         let n = self.storages.len();
         let out_storage = self.output.map(|t| self.tensors[t].storage);
         let mut last_use = vec![None::<usize>; n];
-        let mut saved = vec![false; n];
         for (i, op) in self.ops.iter().enumerate() {
             for &t in op.inputs.iter() {
                 last_use[self.tensors[t].storage] = Some(i);
             }
-            if saving {
-                for &t in op.saved.iter() {
-                    saved[self.tensors[t].storage] = true;
-                }
-            }
         }
         let keep = |s: usize| -> bool {
             let st = &self.storages[s];
-            saved[s]
+            (saving && is_saved[s])
                 || Some(s) == out_storage
                 || st.cached
                 || st.kept
                 || (hold_inputs && st.external)
         };
+        let role = |s: usize| {
+            if saving && is_saved[s] {
+                "saved for backward"
+            } else if Some(s) == out_storage {
+                "output"
+            } else {
+                "intermediate"
+            }
+        };
         let mut alive: Vec<bool> = self.storages.iter().map(|s| s.external).collect();
         let mut created = vec![false; n];
-        let mut m = Meter::default();
         for (i, op) in self.ops.iter().enumerate() {
             for &t in op.outputs.iter() {
                 let s = self.tensors[t].storage;
                 if !alive[s] && !created[s] {
                     alive[s] = true;
                     created[s] = true;
-                    m.add(self.storages[s].cat, self.storages[s].bytes);
+                    m.add(
+                        self.storages[s].cat,
+                        self.storages[s].bytes,
+                        op.name,
+                        role(s),
+                    );
                 }
             }
-            m.mark(Bytes::of(Cat::Temporaries, op.fwd_temp));
+            m.mark(Bytes::of(Cat::Temporaries, op.fwd_temp), op.name);
             for &t in op.inputs.iter().chain(op.outputs.iter()) {
                 let s = self.tensors[t].storage;
                 let used_later = last_use[s].is_some_and(|u| u > i);
                 if alive[s] && !used_later && !keep(s) && !self.storages[s].held {
                     alive[s] = false;
-                    m.sub(self.storages[s].cat, self.storages[s].bytes);
+                    m.sub(
+                        self.storages[s].cat,
+                        self.storages[s].bytes,
+                        self.storages[s].name,
+                        role(s),
+                    );
                 }
             }
         }
         for (s, st) in self.storages.iter().enumerate() {
             if alive[s] && st.held && !keep(s) {
                 alive[s] = false;
-                m.sub(st.cat, st.bytes);
+                m.sub(st.cat, st.bytes, st.name, "held input");
             }
         }
-        (m, alive)
+        alive
     }
 
     /// Backward replay (saved tensors alive as in `alive`, the grad of `out` present).
     /// Gradient buffers are refcounted: an add hands the same buffer to both its inputs, as
     /// autograd does.
-    fn backward(&self, alive: &mut [bool], m: &mut Meter, out: Tid) {
+    fn backward(&self, alive: &mut [bool], m: &mut Meter<'_>, out: Tid, grads: Grads) {
         let nt = self.tensors.len();
         // (bytes, refs, category): the grad of a logits tensor counts as logits.
         let mut gbuf: Vec<(f64, u32, Cat)> = Vec::new();
@@ -527,7 +612,15 @@ impl Tape {
             let incoming = op.outputs.iter().find_map(|&t| grad_of[t]);
             if let Some(first_in) = incoming {
                 let mut temp = op.bwd_temp;
-                m.add(Cat::Gradients, op.param_grads);
+                match grads {
+                    Grads::New => m.add(
+                        Cat::Gradients,
+                        op.param_grads,
+                        op.name,
+                        "parameter gradient",
+                    ),
+                    Grads::Accumulate | Grads::IntoBuffer => temp += op.param_grads,
+                }
                 for &t in op.inputs.iter() {
                     if !self.tensors[t].rg {
                         continue;
@@ -543,17 +636,17 @@ impl Tape {
                         }
                         (None, false) => {
                             gbuf.push((b, 1, grad_cat(t)));
-                            m.add(grad_cat(t), b);
+                            m.add(grad_cat(t), b, op.name, "grad of input");
                             grad_of[t] = Some(gbuf.len() - 1);
                         }
                     }
                 }
-                m.mark(Bytes::of(Cat::Temporaries, temp));
+                m.mark(Bytes::of(Cat::Temporaries, temp), op.name);
                 for &t in op.outputs.iter() {
                     if let Some(g) = grad_of[t].take() {
                         gbuf[g].1 -= 1;
                         if gbuf[g].1 == 0 {
-                            m.sub(gbuf[g].2, gbuf[g].0);
+                            m.sub(gbuf[g].2, gbuf[g].0, op.name, "grad of output");
                         }
                     }
                 }
@@ -565,7 +658,12 @@ impl Tape {
                 release.pop();
                 if alive[s] && !self.storages[s].kept {
                     alive[s] = false;
-                    m.sub(self.storages[s].cat, self.storages[s].bytes);
+                    m.sub(
+                        self.storages[s].cat,
+                        self.storages[s].bytes,
+                        self.storages[s].name,
+                        "saved for backward",
+                    );
                 }
             }
         }

@@ -1,0 +1,301 @@
+//! The engine's memory bookkeeping: bytes by category, and stretches of a step summarised as
+//! segments that compose.
+//!
+//! A training step is a sequence of stretches (the embedding's forward, each decoder layer's
+//! forward, the loss, each layer's backward, the framework's collectives between them, the
+//! optimizer step). Each stretch changes memory by some `delta` and, on the way, rises at
+//! most `peak` above where it started. Two stretches in a row compose exactly
+//! ([`Seg::then`]), and `n` identical stretches (identical decoder layers) compose in closed
+//! form ([`Seg::repeat`]): that is what keeps a 126-layer model as cheap to estimate as a
+//! one-layer one. [`crate::tape`] produces the segments of a stretch from its ops.
+
+/// What a byte of memory is, for the breakdown at the peak and the timeline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cat {
+    /// Parameters as the model holds them (shards, under FSDP/ZeRO-3).
+    Weights = 0,
+    /// A separate full-precision copy the optimizer updates.
+    Master = 1,
+    Optimizer = 2,
+    /// Parameter gradients.
+    Gradients = 3,
+    /// Tensors saved for backward, and forward intermediates.
+    Activations = 4,
+    /// Logits and the loss's fp32 buffers.
+    Logits = 5,
+    /// Low-precision copies of weights (autocast's cache, dequantised bases).
+    WeightCopies = 6,
+    /// Parameters gathered whole for compute (FSDP all-gather outputs, ZeRO-3).
+    Gathered = 7,
+    /// Communication buffers: gradient buckets, reduce-scatter inputs, pipeline sends and
+    /// receives, ring-attention blocks, expert all-to-all buffers.
+    Comm = 8,
+    /// The KV cache (inference).
+    KvCache = 9,
+    /// Gradients of activations and other short-lived buffers.
+    Temporaries = 10,
+}
+
+pub const NCAT: usize = 11;
+
+impl Cat {
+    pub const ALL: [Cat; NCAT] = [
+        Cat::Weights,
+        Cat::Master,
+        Cat::Optimizer,
+        Cat::Gradients,
+        Cat::Activations,
+        Cat::Logits,
+        Cat::WeightCopies,
+        Cat::Gathered,
+        Cat::Comm,
+        Cat::KvCache,
+        Cat::Temporaries,
+    ];
+
+    /// The component's name in an estimate (`Estimate::components`).
+    pub fn key(self) -> &'static str {
+        match self {
+            Cat::Weights => "weights",
+            Cat::Master => "master_weights",
+            Cat::Optimizer => "optimizer_states",
+            Cat::Gradients => "gradients",
+            Cat::Activations => "activations",
+            Cat::Logits => "logits",
+            Cat::WeightCopies => "weight_copies",
+            Cat::Gathered => "gathered_params",
+            Cat::Comm => "comm_buffers",
+            Cat::KvCache => "kv_cache",
+            Cat::Temporaries => "temporaries",
+        }
+    }
+}
+
+/// Bytes by category.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Bytes(pub [f64; NCAT]);
+
+impl Bytes {
+    pub fn of(cat: Cat, b: f64) -> Bytes {
+        let mut x = Bytes::default();
+        x.0[cat as usize] = b;
+        x
+    }
+    pub fn total(&self) -> f64 {
+        self.0.iter().sum()
+    }
+    pub fn get(&self, cat: Cat) -> f64 {
+        self.0[cat as usize]
+    }
+    pub fn add(&mut self, cat: Cat, b: f64) {
+        self.0[cat as usize] += b;
+    }
+    pub fn plus(mut self, o: Bytes) -> Bytes {
+        for i in 0..NCAT {
+            self.0[i] += o.0[i];
+        }
+        self
+    }
+    pub fn minus(mut self, o: Bytes) -> Bytes {
+        for i in 0..NCAT {
+            self.0[i] -= o.0[i];
+        }
+        self
+    }
+    pub fn scale(mut self, k: f64) -> Bytes {
+        for v in self.0.iter_mut() {
+            *v *= k;
+        }
+        self
+    }
+}
+
+/// Where in the step a point lies: the stretch, which repetition of it, and the op.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Where {
+    pub phase: Phase,
+    /// 1-based index of the repetition (decoder layer, micro-batch) the point is in; 0 when
+    /// the stretch is not repeated.
+    pub index: u32,
+    /// The micro-batch (1-based; 0 when there is one).
+    pub micro_batch: u32,
+    /// What was running: an op's name or a framework event.
+    pub what: &'static str,
+}
+
+impl Default for Where {
+    fn default() -> Self {
+        Where {
+            phase: Phase::Start,
+            index: 0,
+            micro_batch: 0,
+            what: "",
+        }
+    }
+}
+
+/// The stretches of a step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    Start,
+    FwdEmbedding,
+    FwdLayer,
+    FwdHead,
+    BwdHead,
+    BwdLayer,
+    BwdEmbedding,
+    OptimizerStep,
+    Prefill,
+    PrefillHead,
+    Decode,
+}
+
+impl Phase {
+    pub fn words(self) -> &'static str {
+        match self {
+            Phase::Start => "start of step",
+            Phase::FwdEmbedding => "forward: embedding",
+            Phase::FwdLayer => "forward: layer",
+            Phase::FwdHead => "forward: logits and loss",
+            Phase::BwdHead => "backward: logits and loss",
+            Phase::BwdLayer => "backward: layer",
+            Phase::BwdEmbedding => "backward: embedding",
+            Phase::OptimizerStep => "optimizer step",
+            Phase::Prefill => "prefill: layer",
+            Phase::PrefillHead => "prefill: last-token logits",
+            Phase::Decode => "decode: last token",
+        }
+    }
+}
+
+/// A stretch summarised: where memory ends relative to its start, and its highest point
+/// (the breakdown there, relative to the start, and where it was).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Seg {
+    pub delta: Bytes,
+    /// The highest point, relative to the start. Its total is at least 0 (the start itself)
+    /// and at least `delta`'s (the end).
+    pub peak: Bytes,
+    pub at: Where,
+}
+
+impl Seg {
+    /// A stretch that allocates `b` bytes of `cat` and keeps them.
+    pub fn alloc(cat: Cat, b: f64, at: Where) -> Seg {
+        let d = Bytes::of(cat, b);
+        Seg {
+            delta: d,
+            peak: if b > 0.0 { d } else { Bytes::default() },
+            at,
+        }
+    }
+
+    /// A stretch that frees `b` bytes of `cat`.
+    pub fn free(cat: Cat, b: f64, at: Where) -> Seg {
+        Seg::alloc(cat, -b, at)
+    }
+
+    /// A buffer that exists only for the moment (allocated, then freed).
+    pub fn transient(cat: Cat, b: f64, at: Where) -> Seg {
+        Seg {
+            delta: Bytes::default(),
+            peak: Bytes::of(cat, b.max(0.0)),
+            at,
+        }
+    }
+
+    /// This stretch, then `b`.
+    pub fn then(self, b: Seg) -> Seg {
+        let second = self.delta.plus(b.peak);
+        let (peak, at) = if second.total() > self.peak.total() {
+            (second, b.at)
+        } else {
+            (self.peak, self.at)
+        };
+        Seg {
+            delta: self.delta.plus(b.delta),
+            peak,
+            at,
+        }
+    }
+
+    /// `n` of this stretch in a row (identical layers): the highest point is in the last
+    /// one when each leaves memory higher, else in the first. `at.index` says which.
+    pub fn repeat(self, n: u64) -> Seg {
+        if n == 0 {
+            return Seg::default();
+        }
+        let worst = if self.delta.total() > 0.0 { n - 1 } else { 0 };
+        let mut at = self.at;
+        at.index = (worst + 1) as u32;
+        Seg {
+            delta: self.delta.scale(n as f64),
+            peak: self.delta.scale(worst as f64).plus(self.peak),
+            at,
+        }
+    }
+
+    /// The same stretch, labelled as `phase` (repetition index and micro-batch kept).
+    pub fn in_phase(mut self, phase: Phase) -> Seg {
+        self.at.phase = phase;
+        self
+    }
+
+    pub fn in_micro_batch(mut self, mb: u32) -> Seg {
+        self.at.micro_batch = mb;
+        self
+    }
+}
+
+/// An allocation or a free, for the op-level timeline and the allocator model.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Event {
+    /// Positive: allocated; negative: freed.
+    pub bytes: f64,
+    pub cat: Cat,
+    pub at: Where,
+    /// What the tensor is ("input saved for backward", "output", "grad of input").
+    pub role: &'static str,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn w(what: &'static str) -> Where {
+        Where {
+            what,
+            ..Where::default()
+        }
+    }
+
+    #[test]
+    fn segments_compose_like_the_events_they_stand_for() {
+        // +10, transient 5, −4: peak 15 at the transient, end 6.
+        let s = Seg::alloc(Cat::Activations, 10.0, w("a"))
+            .then(Seg::transient(Cat::Temporaries, 5.0, w("t")))
+            .then(Seg::free(Cat::Activations, 4.0, w("f")));
+        assert_eq!(s.delta.total(), 6.0);
+        assert_eq!(s.peak.total(), 15.0);
+        assert_eq!(s.at.what, "t");
+        assert_eq!(s.peak.get(Cat::Temporaries), 5.0);
+    }
+
+    #[test]
+    fn repeat_equals_composing_one_by_one() {
+        for (d, p) in [(3.0, 5.0), (-3.0, 2.0), (0.0, 4.0)] {
+            let one = Seg {
+                delta: Bytes::of(Cat::Activations, d),
+                peak: Bytes::of(Cat::Activations, p),
+                at: w("x"),
+            };
+            let mut by_hand = Seg::default();
+            for _ in 0..7 {
+                by_hand = by_hand.then(one);
+            }
+            let closed = one.repeat(7);
+            assert_eq!(closed.delta, by_hand.delta);
+            assert_eq!(closed.peak.total(), by_hand.peak.total().max(0.0));
+        }
+    }
+}
