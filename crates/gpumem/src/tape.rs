@@ -692,11 +692,11 @@ mod tests {
         let y = unary(&mut t, x, 100.0, true);
         t.set_output(y);
         let p = t.run(Mode::Normal);
-        assert_eq!(p.fwd_delta.total(), 100.0);
-        assert_eq!(p.fwd_peak.total(), 100.0);
+        assert_eq!(p.fwd.delta.total(), 100.0);
+        assert_eq!(p.fwd.peak.total(), 100.0);
         // Backward start: x (saved) + grad y. Then grad x (+100), free grad y and x.
-        assert_eq!(p.bwd_peak.total(), 100.0);
-        assert_eq!(p.bwd_delta.total(), -100.0);
+        assert_eq!(p.bwd.peak.total(), 100.0);
+        assert_eq!(p.bwd.delta.total(), -100.0);
     }
 
     /// Nothing requires grad: nothing is saved, the input is freed.
@@ -707,8 +707,8 @@ mod tests {
         let y = unary(&mut t, x, 50.0, true);
         t.set_output(y);
         let p = t.run(Mode::Normal);
-        assert_eq!(p.fwd_delta.total(), -50.0);
-        assert_eq!(p.fwd_peak.total(), 50.0);
+        assert_eq!(p.fwd.delta.total(), -50.0);
+        assert_eq!(p.fwd.peak.total(), 50.0);
     }
 
     /// A checkpointed stretch keeps only its input and output in forward.
@@ -720,14 +720,14 @@ mod tests {
         let y = unary(&mut t, h, 10.0, true);
         t.set_output(y);
         let normal = t.run(Mode::Normal);
-        assert_eq!(normal.fwd_delta.total(), 50.0);
+        assert_eq!(normal.fwd.delta.total(), 50.0);
         let ck = t.run(Mode::Checkpointed);
-        assert_eq!(ck.fwd_delta.total(), 10.0);
-        assert_eq!(ck.fwd_peak.total(), 50.0);
+        assert_eq!(ck.fwd.delta.total(), 10.0);
+        assert_eq!(ck.fwd.peak.total(), 50.0);
         // Recompute (h, y) then backward: h + grad y + grad h at most.
-        assert!(ck.bwd_peak.total() >= 50.0);
+        assert!(ck.bwd.peak.total() >= 50.0);
         // Ends with grad x, having released x, h, grad y.
-        assert_eq!(ck.bwd_delta.total(), 10.0 - 10.0 - 10.0);
+        assert_eq!(ck.bwd.delta.total(), 10.0 - 10.0 - 10.0);
     }
 
     /// An add passes its grad through to both inputs without allocating.
@@ -745,6 +745,6 @@ mod tests {
         t.set_output(y);
         let p = t.run(Mode::Normal);
         // grad y is handed to x and h; h's backward makes a fresh grad for x (transient 10).
-        assert_eq!(p.bwd_peak.total(), 10.0);
+        assert_eq!(p.bwd.peak.total(), 10.0);
     }
 }
