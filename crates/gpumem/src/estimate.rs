@@ -6,10 +6,12 @@ use crate::arch::Architecture;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::gpu::CUDA_CONTEXT_BYTES;
-use crate::graph::{Builder, Ctx};
+use crate::graph::Ctx;
+use crate::mem::{Phase, Seg};
 use crate::precision::Optimizer;
 use crate::scenario::{Finetune, Framework, Mode, Model, Parallel, Recompute, Scenario};
-use crate::tape::{self, Bytes, Cat, Profile};
+use crate::step::{self, Stretches};
+use crate::tape::{self, Bytes, Cat};
 
 /// A point of the step's memory timeline.
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -713,105 +715,6 @@ fn quantized_weights(a: &Architecture, q: DType, c: DType) -> f64 {
     linear_params as f64 * q.bytes() + (outside + rest) as f64 * c.bytes()
 }
 
-/// Profiles of the stretches of one step.
-struct Stretches {
-    pre: Profile,
-    dense: Profile,
-    moe: Option<Profile>,
-    post: Profile,
-    /// The embedding output referenced by the model (`inputs_embeds`) through the forward,
-    /// when the first layer does not save it anyway.
-    embeds_hold: f64,
-}
-
-fn stretches(ctx: &Ctx<'_>, mode: tape::Mode) -> Stretches {
-    let a = ctx.arch;
-    let h = a.hidden as f64;
-    let mut pre = Builder::new(ctx);
-    let first = pre.embedding();
-    let first_rg = pre.tape.requires_grad(first);
-    let pre_p = pre.tape.run(tape::Mode::Normal.or_nograd(mode));
-    let resid = if ctx.autocast { DType::F32 } else { ctx.c };
-    let layer = |moe: bool| -> Profile {
-        let mut b = Builder::new(ctx);
-        let x = b.input(
-            ctx.t * h,
-            resid,
-            // From the second layer on the hidden state requires grad whenever anything is
-            // trained (LoRA adapters upstream); layer 0's frozen-embedding input is the exception.
-            first_rg || ctx.train,
-        );
-        b.decoder_layer(x, moe);
-        for k in b.kv.clone() {
-            b.tape.keep(k);
-        }
-        b.tape.run(mode)
-    };
-    let dense_n = a.moe.as_ref().map_or(a.layers, |m| m.first_dense_layers);
-    let dense = if dense_n > 0 {
-        layer(false)
-    } else {
-        Profile::default()
-    };
-    let moe = a.moe.as_ref().map(|_| layer(true));
-    let mut post = Builder::new(ctx);
-    let x = post.input(ctx.t * h, resid, ctx.train);
-    post.head(x);
-    let post_p = post.tape.run(tape::Mode::Normal.or_nograd(mode));
-    // The layer input is freed during the layer's forward unless a saved tensor is it.
-    let input_freed = dense.fwd.delta.total() < dense.out_bytes - 1.0
-        || a.learned_positions.is_some()
-        || !ctx.train;
-    Stretches {
-        pre: pre_p,
-        dense,
-        moe,
-        post: post_p,
-        embeds_hold: if input_freed {
-            ctx.t * h * if ctx.autocast { 4.0 } else { ctx.c.bytes() }
-        } else {
-            0.0
-        },
-    }
-}
-
-impl tape::Mode {
-    fn or_nograd(self, mode: tape::Mode) -> tape::Mode {
-        if mode == tape::Mode::NoGrad {
-            tape::Mode::NoGrad
-        } else {
-            self
-        }
-    }
-}
-
-/// Track the running total and its high-water mark with the phase it occurred in.
-struct Run {
-    cur: Bytes,
-    peak: Bytes,
-    phase: String,
-}
-
-impl Run {
-    fn at(&mut self, rel_peak: Bytes, phase: impl FnOnce() -> String) {
-        let p = self.cur.plus(rel_peak);
-        if p.total() > self.peak.total() {
-            self.peak = p;
-            self.phase = phase();
-        }
-    }
-    /// `n` identical stretches, each moving by `delta` and peaking `peak` above its start.
-    fn repeat(&mut self, n: u64, delta: Bytes, peak: Bytes, phase: &str) {
-        if n == 0 {
-            return;
-        }
-        let worst = if delta.total() > 0.0 { n - 1 } else { 0 };
-        let rel = delta.scale(worst as f64).plus(peak);
-        self.at(rel, || format!("{phase} {}", worst + 1));
-        self.cur = self.cur.plus(delta.scale(n as f64));
-    }
-}
-
 fn train_step(
     s: &Scenario,
     a: &Architecture,
@@ -826,13 +729,13 @@ fn train_step(
     } else {
         tape::Mode::Normal
     };
-    let mut st = stretches(&ctx, mode);
+    let mut st = Stretches::new(&ctx, mode, tape::Grads::New);
     // ZeRO-2/3 and FSDP reduce-scatter each unit's gradients as its backward ends: only this
     // rank's shard accumulates (the unit's whole gradients are a buffer counted apart).
     if grads < grads_full && grads_full > 0.0 {
         let f = grads / grads_full;
         let g = Cat::Gradients as usize;
-        for p in [&mut st.pre, &mut st.dense, &mut st.post]
+        for p in [&mut st.emb, &mut st.dense, &mut st.head, &mut st.loss]
             .into_iter()
             .chain(st.moe.as_mut())
         {
@@ -840,77 +743,24 @@ fn train_step(
             p.bwd.peak.0[g] *= f;
         }
     }
-    let dense_n = a.moe.as_ref().map_or(a.layers, |m| m.first_dense_layers);
-    let moe_n = a.layers - dense_n;
-    let mut r = Run {
-        cur: Bytes::default(),
-        peak: Bytes::default(),
-        phase: "start".into(),
-    };
-    let point = |tl: &mut Vec<Point>, name: &str, b: &Bytes| {
-        tl.push(Point {
-            phase: name.into(),
-            bytes: (base + b.total()).round() as u64,
-        })
-    };
-    point(tl, "start of step", &r.cur);
-    // Forward.
-    r.at(st.pre.fwd.peak, || "forward: embedding".into());
-    r.cur = r.cur.plus(st.pre.fwd.delta);
-    r.cur.add(Cat::Activations, st.embeds_hold);
-    r.repeat(
-        dense_n,
-        st.dense.fwd.delta,
-        st.dense.fwd.peak,
-        "forward: layer",
-    );
-    if let Some(m) = &st.moe {
-        r.repeat(moe_n, m.fwd.delta, m.fwd.peak, "forward: MoE layer");
-    }
-    point(tl, "forward: after the layers", &r.cur);
-    r.at(st.post.fwd.peak, || "forward: logits and loss".into());
-    r.cur = r.cur.plus(st.post.fwd.delta);
-    // Leaving the forward: inputs_embeds dropped; autocast's cache cleared.
-    r.cur.add(Cat::Activations, -st.embeds_hold);
-    let cached = st.dense.fwd_cached.scale(dense_n as f64).plus(
-        st.moe
-            .map_or(Bytes::default(), |m| m.fwd_cached.scale(moe_n as f64)),
-    );
-    r.cur = r.cur.minus(cached);
-    point(tl, "after forward", &r.cur);
-    // Backward: head and loss, then layers top-down, then the embedding.
-    r.at(st.post.bwd.peak, || "backward: logits and loss".into());
-    r.cur = r.cur.plus(st.post.bwd.delta);
-    if let Some(m) = &st.moe {
-        r.repeat(
-            moe_n,
-            m.bwd.delta,
-            m.bwd.peak,
-            "backward: MoE layer (from the top)",
-        );
-    }
-    r.repeat(
-        dense_n,
-        st.dense.bwd.delta,
-        st.dense.bwd.peak,
-        "backward: layer (from the top)",
-    );
-    r.at(st.pre.bwd.peak, || "backward: embedding".into());
-    r.cur = r.cur.plus(st.pre.bwd.delta);
-    point(tl, "after backward", &r.cur);
-    // Optimizer step: the grads and `out.logits` are still alive. Non-fused temporaries:
+    // Optimizer step: non-fused temporaries.
     let opt_temp = match s.optimizer {
         Optimizer::Adafactor => largest_param(a) as f64 * s.precision.optimizer.bytes() * 2.0,
         Optimizer::Adam8bit => largest_param(a) as f64 * 4.0 * 2.0,
         _ => 0.0,
     };
-    r.at(Bytes::of(Cat::Temporaries, opt_temp), || {
-        "optimizer step".into()
+    let p = step::single(a, &st, opt_temp);
+    for (name, b) in &p.points {
+        tl.push(Point {
+            phase: (*name).into(),
+            bytes: (base + b.total()).round() as u64,
+        });
+    }
+    tl.push(Point {
+        phase: "end of step".into(),
+        bytes: base.round() as u64,
     });
-    r.cur = Bytes::default();
-    point(tl, "end of step", &r.cur);
-    let phase = r.phase.clone();
-    (base + r.peak.total(), phase, r.peak)
+    (base + p.seg.peak.total(), p.seg.at.words(), p.seg.peak)
 }
 
 fn largest_param(a: &Architecture) -> u64 {
@@ -929,31 +779,37 @@ fn inference(
     tl: &mut Vec<Point>,
 ) -> (f64, String, f64, Bytes) {
     let ctx = Ctx::new(s, a, false);
-    let st = stretches(&ctx, tape::Mode::NoGrad);
-    let dense_n = a.moe.as_ref().map_or(a.layers, |m| m.first_dense_layers);
-    let moe_n = a.layers - dense_n;
-    let mut r = Run {
-        cur: Bytes::default(),
-        peak: Bytes::default(),
-        phase: "start".into(),
-    };
+    let st = Stretches::new(&ctx, tape::Mode::NoGrad, tape::Grads::New);
+    let (dense_n, moe_n) = step::layer_counts(a);
     tl.push(Point {
         phase: "weights".into(),
         bytes: weights as u64,
     });
-    r.at(st.pre.fwd.peak, || "prefill: embedding".into());
-    r.cur = r.cur.plus(st.pre.fwd.delta);
-    r.cur.add(Cat::Activations, st.embeds_hold);
-    r.repeat(
-        dense_n,
-        st.dense.fwd.delta,
-        st.dense.fwd.peak,
-        "prefill: layer",
-    );
-    if let Some(m) = &st.moe {
-        r.repeat(moe_n, m.fwd.delta, m.fwd.peak, "prefill: MoE layer");
+    let w = |phase| crate::mem::Where {
+        phase,
+        ..Default::default()
+    };
+    let mut seg = st
+        .emb
+        .fwd
+        .in_phase(Phase::PrefillEmbedding)
+        .then(Seg::alloc(
+            Cat::Activations,
+            st.embeds_hold,
+            w(Phase::PrefillEmbedding),
+        ));
+    if dense_n > 0 {
+        seg = seg.then(st.dense.fwd.repeat(dense_n).in_phase(Phase::Prefill));
     }
-    r.at(st.post.fwd.peak, || "prefill: last-token logits".into());
+    if let Some(m) = &st.moe {
+        seg = seg.then(m.fwd.repeat(moe_n).in_phase(Phase::PrefillMoe));
+    }
+    seg = seg.then(Seg {
+        delta: Bytes::default(),
+        ..st.head.fwd.in_phase(Phase::PrefillHead)
+    });
+    let r_peak = seg.peak;
+    let r_phase = seg.at.words();
     let kv_elem = a.kv_elems_per_token_layer() as f64 * ctx.c.bytes();
     let kv_len = (s.seq + s.new_tokens.max(1) - 1) as f64;
     let kv_final = a.layers as f64 * s.batch as f64 * kv_len * kv_elem;
@@ -966,10 +822,10 @@ fn inference(
     // moment), plus one token's activations and fp32 logits.
     let per_layer = s.batch as f64 * kv_len * kv_elem / 2.0;
     let decode = kv_final + per_layer + s.batch as f64 * (a.vocab as f64) * (ctx.c.bytes() + 4.0);
-    let mut at_peak = r.peak;
-    let mut phase = r.phase.clone();
+    let mut at_peak = r_peak;
+    let mut phase = r_phase;
     // Prefill's bytes include the cache; report the cache separately.
-    let prefill_peak = r.peak.total();
+    let prefill_peak = r_peak.total();
     let peak = if s.new_tokens > 0 && decode > prefill_peak {
         phase = "decode: last token".into();
         at_peak = Bytes::of(

@@ -964,6 +964,85 @@ impl<'c, 'a> Builder<'c, 'a> {
         }
     }
 
+    /// Training: the final norm and the LM head (or, with a fused loss, only the norm: the
+    /// fused op does the head's matmul). Returns the output and its dtype.
+    pub fn head_logits(&mut self, x: Tid) -> (Tid, DType) {
+        let ctx = self.ctx;
+        let a = ctx.arch;
+        let y = self.norm(x, a.hidden as f64);
+        let out = match ctx.loss {
+            Loss::Standard => {
+                let head = Linear::new(a.hidden, a.vocab, false);
+                self.head_linear(y, head, ctx.t)
+            }
+            Loss::Fused => y,
+        };
+        self.tape.set_output(out);
+        (out, self.d(out))
+    }
+
+    /// Training: the loss over the head's output `x` (the logits, which the caller keeps as
+    /// `out.logits`; or the normed hidden state a fused loss takes).
+    pub fn loss(&mut self, x: Tid) -> Tid {
+        let ctx = self.ctx;
+        let a = ctx.arch;
+        let h = a.hidden as f64;
+        let v = a.vocab as f64;
+        let t = ctx.t;
+        match ctx.loss {
+            Loss::Standard => {
+                self.tape.keep(x);
+                let l32 = if self.d(x) == DType::F32 {
+                    x
+                } else {
+                    self.op_spec(
+                        OpSpec {
+                            name: "logits.float()",
+                            inputs: &[x],
+                            out_bytes: t * v * 4.0,
+                            cat: Cat::Logits,
+                            ..OpSpec::default()
+                        },
+                        DType::F32,
+                    )
+                };
+                let ls = self.op_saving_output(&[l32], t * v, DType::F32, Cat::Logits);
+                let loss = self.op(&[ls], 1.0, DType::F32, &[]);
+                self.tape.set_output(loss);
+                loss
+            }
+            Loss::Fused => {
+                // Liger's fused linear cross-entropy: chunks of tokens; each chunk's logits,
+                // their fp32 softmax and grad exist only inside the op; grad_input is
+                // computed in the forward and kept.
+                let inc = (v / h).ceil().max(1.0);
+                let chunk = (t / inc).ceil().max(1.0).log2().ceil().exp2().min(t);
+                let trainable = ctx.base_trainable();
+                let loss = self.op_spec(
+                    OpSpec {
+                        name: "fused linear cross-entropy",
+                        inputs: &[x],
+                        out_bytes: t * h * ctx.c.bytes(),
+                        weights_rg: trainable,
+                        param_grads: a.vocab as f64 * h * ctx.g.bytes(),
+                        fwd_temp: chunk * v * (ctx.c.bytes() + 8.0)
+                            + a.vocab as f64 * h * ctx.g.bytes(),
+                        ..OpSpec::default()
+                    },
+                    ctx.c,
+                );
+                self.tape.set_output(loss);
+                loss
+            }
+        }
+    }
+
+    /// A stretch's input of `bytes` (a tensor the previous stretch made, e.g. the logits).
+    pub fn input_bytes(&mut self, bytes: f64, d: DType, rg: bool, cat: Cat) -> Tid {
+        let t = self.tape.input_cat(bytes, rg, cat);
+        self.reg(t, d)
+    }
+
     fn head_linear(&mut self, x: Tid, lin: Linear, rows: f64) -> Tid {
         // The LM head stays in the compute dtype under QLoRA (bitsandbytes skips it).
         let ctx = self.ctx;

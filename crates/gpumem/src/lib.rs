@@ -19,6 +19,7 @@ pub mod plan;
 pub mod precision;
 pub mod presets;
 pub mod scenario;
+pub mod step;
 pub mod tape;
 pub mod validation;
 

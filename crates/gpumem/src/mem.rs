@@ -140,28 +140,49 @@ pub enum Phase {
     Start,
     FwdEmbedding,
     FwdLayer,
+    FwdMoeLayer,
     FwdHead,
     BwdHead,
     BwdLayer,
+    BwdMoeLayer,
     BwdEmbedding,
     OptimizerStep,
+    PrefillEmbedding,
     Prefill,
+    PrefillMoe,
     PrefillHead,
     Decode,
 }
 
 impl Phase {
+    /// Whether the phase names a repeated stretch (a decoder layer), numbered.
+    pub fn numbered(self) -> bool {
+        matches!(
+            self,
+            Phase::FwdLayer
+                | Phase::FwdMoeLayer
+                | Phase::BwdLayer
+                | Phase::BwdMoeLayer
+                | Phase::Prefill
+                | Phase::PrefillMoe
+        )
+    }
+
     pub fn words(self) -> &'static str {
         match self {
             Phase::Start => "start of step",
             Phase::FwdEmbedding => "forward: embedding",
             Phase::FwdLayer => "forward: layer",
+            Phase::FwdMoeLayer => "forward: MoE layer",
             Phase::FwdHead => "forward: logits and loss",
             Phase::BwdHead => "backward: logits and loss",
-            Phase::BwdLayer => "backward: layer",
+            Phase::BwdLayer => "backward: layer (from the top)",
+            Phase::BwdMoeLayer => "backward: MoE layer (from the top)",
             Phase::BwdEmbedding => "backward: embedding",
             Phase::OptimizerStep => "optimizer step",
+            Phase::PrefillEmbedding => "prefill: embedding",
             Phase::Prefill => "prefill: layer",
+            Phase::PrefillMoe => "prefill: MoE layer",
             Phase::PrefillHead => "prefill: last-token logits",
             Phase::Decode => "decode: last token",
         }
@@ -244,6 +265,21 @@ impl Seg {
     pub fn in_micro_batch(mut self, mb: u32) -> Seg {
         self.at.micro_batch = mb;
         self
+    }
+}
+
+impl Where {
+    /// The point in words: "backward: layer (from the top) 3", "optimizer step".
+    pub fn words(&self) -> String {
+        let mut s = String::new();
+        if self.micro_batch > 0 {
+            s.push_str(&format!("micro-batch {}, ", self.micro_batch));
+        }
+        s.push_str(self.phase.words());
+        if self.phase.numbered() && self.index > 0 {
+            s.push_str(&format!(" {}", self.index));
+        }
+        s
     }
 }
 

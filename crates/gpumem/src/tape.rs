@@ -268,7 +268,12 @@ impl Tape {
 
     /// The stretch's input: already in memory when the stretch starts.
     pub fn input(&mut self, bytes: f64, rg: bool) -> Tid {
-        self.new_storage(bytes, rg, true, Cat::Activations, "input")
+        self.input_cat(bytes, rg, Cat::Activations)
+    }
+
+    /// An input counted as `cat` (the logits a loss stretch takes).
+    pub fn input_cat(&mut self, bytes: f64, rg: bool, cat: Cat) -> Tid {
+        self.new_storage(bytes, rg, true, cat, "input")
     }
 
     fn storage_mut(&mut self, t: Tid) -> &mut Storage {
