@@ -52,7 +52,8 @@ pub struct Moe {
     pub shared_experts: u64,
     /// Leading layers that keep a dense MLP of width `Architecture::intermediate`.
     pub first_dense_layers: u64,
-    /// A per-expert bias used only for routing (DeepSeek-V3's `e_score_correction_bias`).
+    /// A per-expert bias used only for routing (DeepSeek-V3's `e_score_correction_bias`): an
+    /// fp32 buffer, not a parameter.
     pub router_bias: bool,
 }
 
@@ -337,8 +338,9 @@ impl Architecture {
                     .sum();
                 routed = one.checked_mul(m.experts)?;
                 let shared = one.checked_mul(m.shared_experts)?;
-                let router =
-                    self.hidden.checked_mul(m.experts)? + if m.router_bias { m.experts } else { 0 };
+                // The router's weight. DeepSeek-V3's routing bias (`e_score_correction_bias`)
+                // is a buffer in transformers, not a parameter.
+                let router = self.hidden.checked_mul(m.experts)?;
                 total = total
                     .checked_add(routed)?
                     .checked_add(shared)?
@@ -446,7 +448,7 @@ mod tests {
             ("qwen2.5-0.5b", 494_032_768),      // measured (tests/data)
             ("qwen2.5-7b", 7_615_616_512),      // Qwen model card: 7.61B
             ("qwen2.5-72b", 72_706_203_648),    // Qwen model card: 72.7B
-            ("deepseek-v3", 671_026_419_200),   // HF numel without the MTP layer
+            ("deepseek-v3", 671_026_404_352),   // transformers 5.17 numel (tests/data/models)
         ];
         for (name, want) in cases {
             let a = presets::find(name).unwrap().arch;

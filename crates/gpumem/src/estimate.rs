@@ -144,6 +144,9 @@ pub fn estimate(s: &Scenario) -> Result<Estimate> {
         if s.mode == Mode::Train && (par.model_parallel() || par.framework == Framework::Megatron) {
             return estimate_layout(s, name, a);
         }
+        if let Some(e) = estimate_pytorch_dp(s, &name, a) {
+            return e;
+        }
     }
     let states = ModelStates::new(s, arch);
     let train = s.mode == Mode::Train;
@@ -279,6 +282,212 @@ pub fn estimate(s: &Scenario) -> Result<Estimate> {
         capacity_bytes: s.capacity_bytes,
         fits: headroom >= 0,
         headroom_bytes: headroom,
+        timeline,
+        stages: Vec::new(),
+        notes,
+    })
+}
+
+/// Data parallelism as PyTorch runs it, replayed with its buffers: FSDP2 (`fully_shard`,
+/// FULL_SHARD or SHARD_GRAD_OP-like, HSDP) and DDP. `None` when the scenario is not such a
+/// run (or uses what this path does not model yet: LoRA, offload, ZeRO-1).
+fn estimate_pytorch_dp(s: &Scenario, name: &str, a: &Architecture) -> Option<Result<Estimate>> {
+    let par = &s.parallel;
+    if s.mode != Mode::Train
+        || par.framework != Framework::Fsdp
+        || par.dp < 2
+        || par.zero == 1
+        || par.offload_optimizer
+        || par.offload_params
+        || !matches!(s.finetune, Finetune::Full)
+    {
+        return None;
+    }
+    Some(pytorch_dp(s, name, a))
+}
+
+fn pytorch_dp(s: &Scenario, name: &str, model: &Architecture) -> Result<Estimate> {
+    use crate::params;
+    let par = &s.parallel;
+    let mut notes = Vec::new();
+    // torchtitan's wrapping shards the embedding and the LM head as separate units: a tied
+    // weight becomes two parameters (each with its gradient and optimizer states).
+    let untied;
+    let a = if par.zero >= 2 && par.wrap == crate::scenario::Wrap::Titan && model.tied_embeddings {
+        untied = Architecture {
+            tied_embeddings: false,
+            ..model.clone()
+        };
+        notes.push("torchtitan's wrapping shards the embedding and the LM head separately: their tied weight becomes two parameters".into());
+        &untied
+    } else {
+        model
+    };
+    let p = &s.precision;
+    let n = par.shard_ranks();
+    let fsdp = par.zero >= 2;
+    // Compute dtype of the parameters (FSDP2's `param_dtype`) and their storage dtype (the
+    // sharded parameter, which is the master copy under mixed precision).
+    let cdt = p.weights;
+    let pdt = p.master.unwrap_or(p.weights);
+    // torchtitan's mixed precision reduces in fp32.
+    let rdt = if p.master.is_some() && p.name == "mixed-bf16" {
+        DType::F32
+    } else {
+        p.reduce
+    };
+    let (dense_n, moe_n) = step::layer_counts(a);
+    let emb_t = params::embedding(a);
+    let head_t = params::head(a);
+    let dense_t = params::layer(a, false);
+    let moe_t = params::layer(a, true);
+    let unit = |ts: &[params::PTensor]| -> step::Unit {
+        let local = params::local_numel(ts, 1, 1) as f64;
+        let shard = params::shard_numel(ts, 1, 1, n) as f64;
+        step::Unit {
+            gathered: local * cdt.bytes(),
+            rs_in: shard * n as f64 * rdt.bytes(),
+            rs_out: shard * rdt.bytes(),
+            grad: shard * pdt.bytes(),
+        }
+    };
+    // Persistent states of this rank.
+    let all: Vec<(u64, &[params::PTensor])> = vec![
+        (1, &emb_t),
+        (1, &head_t),
+        (dense_n, &dense_t),
+        (moe_n, &moe_t),
+    ];
+    let mut held = 0.0;
+    let mut optim = 0.0;
+    for (k, ts) in &all {
+        for t in ts.iter() {
+            let (rows, cols) = if fsdp {
+                (t.dim0.div_ceil(n), t.rest)
+            } else {
+                (t.dim0, t.rest)
+            };
+            held += *k as f64 * (rows * cols) as f64;
+            optim += *k as f64 * s.optimizer.state_bytes(rows, cols, p.optimizer);
+        }
+    }
+    let mut base = Bytes::default();
+    let f = step::Fsdp2 {
+        titan: par.wrap == crate::scenario::Wrap::Titan,
+        reshard: par.zero >= 3,
+        emb: unit(&emb_t),
+        head: unit(&head_t),
+        dense: unit(&dense_t),
+        moe: unit(&moe_t),
+    };
+    if fsdp {
+        // Under FSDP2 the sharded parameter is the only persistent copy: the master copy
+        // when the compute dtype is lower.
+        if p.master.is_some() {
+            base.add(Cat::Master, held * pdt.bytes());
+        } else {
+            base.add(Cat::Weights, held * pdt.bytes());
+        }
+        notes.push(format!(
+            "FSDP2 (fully_shard) over {n} ranks, {} wrapping, {}{}",
+            if f.titan {
+                "torchtitan's"
+            } else {
+                "per-layer + root"
+            },
+            if f.reshard {
+                "resharded after forward"
+            } else {
+                "kept unsharded from forward to backward"
+            },
+            if n < par.dp {
+                format!(", replicated over {} groups (HSDP)", par.dp / n)
+            } else {
+                String::new()
+            }
+        ));
+    } else {
+        base.add(Cat::Weights, held * p.weights.bytes());
+        base.add(Cat::Master, p.master.map_or(0.0, |m| held * m.bytes()));
+        // DDP's gradient buckets: a persistent copy of every gradient
+        // (`gradient_as_bucket_view=False`).
+        base.add(Cat::Comm, held * p.grads.bytes());
+        notes.push(format!("DDP over {} ranks", par.dp));
+    }
+    base.add(Cat::Optimizer, optim);
+    let ctx = Ctx::new(s, a, true);
+    let mode = if s.recompute == Recompute::Full {
+        tape::Mode::Checkpointed
+    } else {
+        tape::Mode::Normal
+    };
+    let opt_temp = match s.optimizer {
+        Optimizer::Adafactor => largest_param(a) as f64 * p.optimizer.bytes() * 2.0,
+        Optimizer::Adam8bit => largest_param(a) as f64 * 4.0 * 2.0,
+        _ => 0.0,
+    };
+    let m = par.grad_accum;
+    let (prog, grads_held) = if fsdp {
+        let st = Stretches::new(&ctx, mode, tape::Grads::New);
+        let grads =
+            f.emb.grad + f.head.grad + dense_n as f64 * f.dense.grad + moe_n as f64 * f.moe.grad;
+        (step::fsdp2(a, &st, &f, m, opt_temp), grads)
+    } else {
+        let st = Stretches::new(&ctx, mode, tape::Grads::New);
+        // Later micro-batches add into the gradients in place.
+        let later = (m > 1).then(|| Stretches::new(&ctx, mode, tape::Grads::Accumulate));
+        let prog = step::replicated(a, &st, later.as_ref(), m, opt_temp);
+        (prog, held * p.grads.bytes())
+    };
+    let peak = base.plus(prog.seg.peak);
+    let mut parts: Vec<(&str, f64)> = Vec::new();
+    for c in Cat::ALL {
+        let v = peak.get(c).max(0.0);
+        if v > 0.0 || c == Cat::Activations {
+            parts.push((c.key(), v));
+        }
+    }
+    let components = bounded_components(&parts)?;
+    let peak_bytes: u64 = components.values().sum();
+    let reserve = reserve_for(peak_bytes);
+    let device = peak_bytes + reserve + CUDA_CONTEXT_BYTES;
+    let mut timeline: Vec<Point> = prog
+        .points
+        .iter()
+        .map(|(ph, b)| Point {
+            phase: (*ph).into(),
+            bytes: (base.total() + b.total()).round() as u64,
+        })
+        .collect();
+    timeline.push(Point {
+        phase: "end of step".into(),
+        bytes: base.total().round() as u64,
+    });
+    cap_timeline(&mut timeline, peak_bytes);
+    let pc = model.params();
+    let states = base.get(Cat::Weights) + base.get(Cat::Master) + base.get(Cat::Optimizer);
+    Ok(Estimate {
+        model: name.to_string(),
+        params: pc.total,
+        trainable_params: pc.total,
+        active_params: pc.active,
+        peak_bytes,
+        peak_phase: prog.seg.at.words(),
+        components,
+        model_states_bytes: (states + grads_held).round() as u64,
+        weights_bytes: base.get(Cat::Weights).round() as u64,
+        master_weights_bytes: base.get(Cat::Master).round() as u64,
+        gradients_bytes: grads_held.round() as u64,
+        optimizer_states_bytes: base.get(Cat::Optimizer).round() as u64,
+        kv_cache_bytes: 0,
+        host_bytes: 0,
+        allocator_reserve_bytes: reserve,
+        cuda_context_bytes: CUDA_CONTEXT_BYTES,
+        device_bytes: device,
+        gpu: s.gpu_name.clone(),
+        capacity_bytes: s.capacity_bytes,
+        fits: device <= s.capacity_bytes,
+        headroom_bytes: headroom(s.capacity_bytes, device),
         timeline,
         stages: Vec::new(),
         notes,

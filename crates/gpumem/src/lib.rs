@@ -15,6 +15,7 @@ pub mod megatron;
 pub mod mem;
 pub mod num;
 pub mod order;
+pub mod params;
 pub mod plan;
 pub mod precision;
 pub mod presets;

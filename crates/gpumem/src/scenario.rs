@@ -77,6 +77,16 @@ pub enum Framework {
     Megatron,
 }
 
+/// How FSDP2 wraps the model into units (each unit is gathered and reduced as one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wrap {
+    /// Each decoder layer, and a root holding the embedding, the final norm and the LM head.
+    Layers,
+    /// torchtitan's `apply_fsdp`: the embedding, each decoder layer, [final norm, LM head]
+    /// (never resharded after forward), and a root holding nothing.
+    Titan,
+}
+
 /// How micro-batches flow through pipeline stages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Schedule {
@@ -111,6 +121,11 @@ pub struct Parallel {
     pub schedule: Schedule,
     /// MoE: tokens each expert accepts, relative to an even share.
     pub capacity_factor: f64,
+    /// FSDP2's units.
+    pub wrap: Wrap,
+    /// Tensor parallelism keeps the logits sharded over the vocabulary and computes the loss
+    /// there (`loss_parallel()`); otherwise they are all-gathered on every rank.
+    pub loss_parallel: bool,
 }
 
 impl Default for Parallel {
@@ -130,6 +145,8 @@ impl Default for Parallel {
             grad_accum: 1,
             schedule: Schedule::OneFOneB,
             capacity_factor: 1.0,
+            wrap: Wrap::Layers,
+            loss_parallel: true,
         }
     }
 }
@@ -767,6 +784,20 @@ fn parse_parallel(v: &Value) -> Result<Parallel> {
         ));
     }
     p.capacity_factor = cf;
+    p.wrap = match o.str_opt("wrap")? {
+        None | Some("layers") => Wrap::Layers,
+        Some("titan") => Wrap::Titan,
+        Some(other) => {
+            return Err(Error::new(
+                o.path("wrap"),
+                format!(
+                    "must be \"layers\" (each decoder layer + a root) or \"titan\" (torchtitan's units), got '{}'",
+                    truncate(other, 20)
+                ),
+            ))
+        }
+    };
+    p.loss_parallel = o.bool_opt("loss_parallel")?.unwrap_or(true);
     Ok(p)
 }
 

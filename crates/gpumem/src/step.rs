@@ -163,12 +163,10 @@ impl Program {
     }
 }
 
-/// One micro-batch's forward and backward and the optimizer step, on a single GPU (or one
-/// data-parallel replica with the data-parallel buffers added by the caller).
-/// `opt_temp` is what the optimizer step allocates for itself.
-pub(crate) fn single(a: &Architecture, st: &Stretches, opt_temp: f64) -> Program {
+/// One micro-batch's forward and backward on a GPU that holds the whole model (a single
+/// GPU, or a DDP replica).
+fn micro_batch(a: &Architecture, st: &Stretches, p: &mut Program, points: bool) {
     let (dense_n, moe_n) = layer_counts(a);
-    let mut p = Program::new();
     // Forward.
     p.then(st.emb.fwd.in_phase(Phase::FwdEmbedding));
     p.then(Seg::alloc(
@@ -182,7 +180,9 @@ pub(crate) fn single(a: &Architecture, st: &Stretches, opt_temp: f64) -> Program
     if let Some(m) = &st.moe {
         p.then(m.fwd.repeat(moe_n).in_phase(Phase::FwdMoeLayer));
     }
-    p.point("forward: after the layers");
+    if points {
+        p.point("forward: after the layers");
+    }
     p.then(st.head.fwd.in_phase(Phase::FwdHead));
     p.then(st.loss.fwd.in_phase(Phase::FwdHead));
     // Leaving the forward: inputs_embeds dropped; autocast's cache cleared.
@@ -197,7 +197,9 @@ pub(crate) fn single(a: &Architecture, st: &Stretches, opt_temp: f64) -> Program
         peak: Bytes::default(),
         at: at(Phase::FwdHead),
     });
-    p.point("after forward");
+    if points {
+        p.point("after forward");
+    }
     // Backward: loss and head, then layers top-down, then the embedding.
     p.then(st.loss.bwd.in_phase(Phase::BwdHead));
     p.then(st.head.bwd.in_phase(Phase::BwdHead));
@@ -208,8 +210,345 @@ pub(crate) fn single(a: &Architecture, st: &Stretches, opt_temp: f64) -> Program
         p.then(st.dense.bwd.repeat(dense_n).in_phase(Phase::BwdLayer));
     }
     p.then(st.emb.bwd.in_phase(Phase::BwdEmbedding));
+}
+
+/// Later micro-batches (2 to `micro_batches`) after the first: each composed the same way.
+fn later_micro_batches(p: &mut Program, one: Seg, micro_batches: u64) {
+    if micro_batches > 1 {
+        let mut s = one.repeat(micro_batches - 1);
+        s.at.micro_batch = s.at.index + 1;
+        s.at.index = one.at.index;
+        p.then(s);
+    }
+}
+
+/// A training step on a GPU that holds the whole model: `micro_batches` forward and
+/// backward passes (`later`: the stretches as replayed once the gradients exist, which are
+/// then added into), then the optimizer step, which allocates `opt_temp` for itself.
+pub(crate) fn replicated(
+    a: &Architecture,
+    first: &Stretches,
+    later: Option<&Stretches>,
+    micro_batches: u64,
+    opt_temp: f64,
+) -> Program {
+    let mut p = Program::new();
+    micro_batch(a, first, &mut p, true);
+    if let Some(l) = later {
+        let mut q = Program {
+            seg: Seg::default(),
+            points: Vec::new(),
+        };
+        micro_batch(a, l, &mut q, false);
+        later_micro_batches(&mut p, q.seg, micro_batches);
+    }
     p.point("after backward");
     // Optimizer step: the grads and `out.logits` are still alive.
+    p.then(Seg::transient(
+        Cat::Temporaries,
+        opt_temp,
+        at(Phase::OptimizerStep),
+    ));
+    p
+}
+
+/// One micro-batch and the optimizer step on a single GPU.
+pub(crate) fn single(a: &Architecture, st: &Stretches, opt_temp: f64) -> Program {
+    replicated(a, st, None, 1, opt_temp)
+}
+
+/// Bytes of one FSDP2 unit on this rank.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(crate) struct Unit {
+    /// The unit's parameters gathered whole, in the compute dtype (`param_dtype`).
+    pub gathered: f64,
+    /// The reduce-scatter input: every gradient of the unit, padded, in `reduce_dtype`.
+    pub rs_in: f64,
+    /// This rank's reduce-scatter output (its shard of the gradients, `reduce_dtype`).
+    pub rs_out: f64,
+    /// The sharded gradient it becomes (`.grad` of the sharded parameter, parameter dtype):
+    /// the same buffer as `rs_out` when the dtypes agree.
+    pub grad: f64,
+}
+
+/// FSDP2 (`fully_shard`) as torchtitan applies it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Fsdp2 {
+    /// torchtitan's wrapping: the embedding, each layer, [final norm, LM head], and a root
+    /// holding nothing; otherwise each layer and a root holding the embedding and head.
+    pub titan: bool,
+    /// `reshard_after_forward` of the layer (and embedding) units.
+    pub reshard: bool,
+    pub emb: Unit,
+    pub head: Unit,
+    pub dense: Unit,
+    pub moe: Unit,
+}
+
+fn w(phase: Phase, what: &'static str) -> Where {
+    Where {
+        phase,
+        what,
+        ..Where::default()
+    }
+}
+
+/// Gather a unit now: the all-gather output, copied out into the unsharded parameters,
+/// then freed.
+fn gather_now(g: f64, phase: Phase) -> Seg {
+    Seg::alloc(Cat::Comm, g, w(phase, "FSDP all-gather"))
+        .then(Seg::alloc(Cat::Gathered, g, w(phase, "FSDP all-gather")))
+        .then(Seg::free(Cat::Comm, g, w(phase, "FSDP all-gather")))
+}
+
+/// A prefetched all-gather's output copied out into the unsharded parameters.
+fn copy_out(g: f64, phase: Phase) -> Seg {
+    Seg::alloc(Cat::Gathered, g, w(phase, "FSDP copy-out")).then(Seg::free(
+        Cat::Comm,
+        g,
+        w(phase, "FSDP copy-out"),
+    ))
+}
+
+fn reshard(g: f64, phase: Phase) -> Seg {
+    Seg::free(Cat::Gathered, g, w(phase, "FSDP reshard"))
+}
+
+/// A unit's post-backward: reshard, free the previous reduce-scatter input, reduce-scatter
+/// this unit's gradients (`ug`: their unsharded bytes, freed once copied in). With
+/// `accumulate`, the sharded gradient exists already and the new shard is added into it.
+fn reduce_scatter(u: &Unit, prev_rs: f64, ug: f64, accumulate: bool, phase: Phase) -> Seg {
+    let at = w(phase, "FSDP reduce-scatter");
+    let mut s = reshard(u.gathered, phase)
+        .then(Seg::free(Cat::Comm, prev_rs, at))
+        .then(Seg::alloc(Cat::Comm, u.rs_in, at))
+        .then(Seg::free(Cat::Gradients, ug, at));
+    if accumulate {
+        s = s.then(Seg::transient(Cat::Temporaries, u.rs_out, at));
+    } else if u.rs_out == u.grad {
+        s = s.then(Seg::alloc(Cat::Gradients, u.grad, at));
+    } else {
+        s = s
+            .then(Seg::alloc(Cat::Temporaries, u.rs_out, at))
+            .then(Seg::alloc(Cat::Gradients, u.grad, at))
+            .then(Seg::free(Cat::Temporaries, u.rs_out, at));
+    }
+    s
+}
+
+/// Decoder layers of one kind in a row, for the FSDP2 composition.
+struct LayerRun<'a> {
+    n: u64,
+    p: &'a Profile,
+    unit: Unit,
+    fwd: Phase,
+    bwd: Phase,
+}
+
+/// The same segment with its repetition index moved by `k` (layers after the first).
+fn shifted(mut s: Seg, k: u64) -> Seg {
+    s.at.index += k as u32;
+    s
+}
+
+/// One micro-batch under FSDP2. `accumulate`: the sharded gradients exist already (a later
+/// micro-batch of gradient accumulation).
+fn fsdp2_micro_batch(
+    a: &Architecture,
+    st: &Stretches,
+    f: &Fsdp2,
+    accumulate: bool,
+    p: &mut Program,
+    points: bool,
+) {
+    let (dense_n, moe_n) = layer_counts(a);
+    let runs: Vec<LayerRun<'_>> = [
+        (
+            dense_n,
+            &st.dense,
+            f.dense,
+            Phase::FwdLayer,
+            Phase::BwdLayer,
+        ),
+        (
+            moe_n,
+            st.moe.as_ref().unwrap_or(&st.dense),
+            f.moe,
+            Phase::FwdMoeLayer,
+            Phase::BwdMoeLayer,
+        ),
+    ]
+    .into_iter()
+    .filter(|r| r.0 > 0)
+    .map(|(n, p, unit, fwd, bwd)| LayerRun {
+        n,
+        p,
+        unit,
+        fwd,
+        bwd,
+    })
+    .collect();
+    let ug = |pr: &Profile| pr.bwd.delta.get(Cat::Gradients).max(0.0);
+    // The root (layers wrap) gathers the embedding and the head together, once.
+    let root = Unit {
+        gathered: f.emb.gathered + f.head.gathered,
+        rs_in: f.emb.rs_in + f.head.rs_in,
+        rs_out: f.emb.rs_out + f.head.rs_out,
+        grad: f.emb.grad + f.head.grad,
+    };
+    // Forward.
+    if f.titan {
+        p.then(gather_now(f.emb.gathered, Phase::FwdEmbedding));
+    } else {
+        p.then(gather_now(root.gathered, Phase::FwdEmbedding));
+    }
+    p.then(st.emb.fwd.in_phase(Phase::FwdEmbedding));
+    if f.titan && f.reshard {
+        p.then(reshard(f.emb.gathered, Phase::FwdEmbedding));
+    }
+    p.then(Seg::alloc(
+        Cat::Activations,
+        st.embeds_hold,
+        at(Phase::FwdEmbedding),
+    ));
+    for r in &runs {
+        let mut one = gather_now(r.unit.gathered, r.fwd).then(r.p.fwd.in_phase(r.fwd));
+        if f.reshard {
+            one = one.then(reshard(r.unit.gathered, r.fwd));
+        }
+        p.then(one.repeat(r.n).in_phase(r.fwd));
+    }
+    if points {
+        p.point("forward: after the layers");
+    }
+    if f.titan {
+        p.then(gather_now(f.head.gathered, Phase::FwdHead));
+    }
+    p.then(st.head.fwd.in_phase(Phase::FwdHead));
+    p.then(st.loss.fwd.in_phase(Phase::FwdHead));
+    p.then(Seg::free(
+        Cat::Activations,
+        st.embeds_hold,
+        at(Phase::FwdHead),
+    ));
+    let cached = st.cached(a);
+    p.then(Seg {
+        delta: Bytes::default().minus(cached),
+        peak: Bytes::default(),
+        at: at(Phase::FwdHead),
+    });
+    if points {
+        p.point("after forward");
+    }
+    // Backward, top down. What each layer prefetches is the next unit in backward order.
+    let top = runs.last().map_or(0.0, |r| r.unit.gathered);
+    let prefetch = |g: f64, phase| {
+        if f.reshard {
+            Seg::alloc(Cat::Comm, g, w(phase, "FSDP prefetch all-gather"))
+        } else {
+            Seg::default()
+        }
+    };
+    let mut prev_rs = 0.0;
+    if f.titan {
+        p.then(st.loss.bwd.in_phase(Phase::BwdHead));
+        p.then(prefetch(top, Phase::BwdHead));
+        p.then(st.head.bwd.in_phase(Phase::BwdHead));
+        p.then(reduce_scatter(
+            &f.head,
+            0.0,
+            ug(&st.head) + ug(&st.loss),
+            accumulate,
+            Phase::BwdHead,
+        ));
+        prev_rs = f.head.rs_in;
+    } else {
+        // The root's pre-backward (the loss is computed inside the root's forward).
+        p.then(prefetch(top, Phase::BwdHead));
+        p.then(st.loss.bwd.in_phase(Phase::BwdHead));
+        p.then(st.head.bwd.in_phase(Phase::BwdHead));
+    }
+    let bwd_order: Vec<&LayerRun<'_>> = runs.iter().rev().collect();
+    for (k, r) in bwd_order.iter().enumerate() {
+        let next_g = match bwd_order.get(k + 1) {
+            Some(n) => n.unit.gathered,
+            // Layer 0 prefetches the embedding's unit (torchtitan's wrapping); under the root
+            // wrap the embedding is gathered already.
+            None if f.titan => f.emb.gathered,
+            None => 0.0,
+        };
+        let layer = |prev: f64, next: f64| -> Seg {
+            let mut s = if f.reshard {
+                copy_out(r.unit.gathered, r.bwd)
+            } else {
+                Seg::default()
+            };
+            s = s
+                .then(prefetch(next, r.bwd))
+                .then(r.p.bwd.in_phase(r.bwd))
+                .then(reduce_scatter(&r.unit, prev, ug(r.p), accumulate, r.bwd));
+            s.in_phase(r.bwd)
+        };
+        let same = r.unit.gathered;
+        let mut s = layer(prev_rs, if r.n == 1 { next_g } else { same });
+        s.at.index = 1;
+        if r.n > 2 {
+            s = s.then(shifted(layer(r.unit.rs_in, same).repeat(r.n - 2), 1));
+        }
+        if r.n > 1 {
+            let mut last = layer(r.unit.rs_in, next_g);
+            last.at.index = r.n as u32;
+            s = s.then(last);
+        }
+        p.then(s);
+        prev_rs = r.unit.rs_in;
+    }
+    let emb_unit = if f.titan { f.emb } else { root };
+    if f.titan && f.reshard {
+        p.then(copy_out(f.emb.gathered, Phase::BwdEmbedding));
+    }
+    p.then(st.emb.bwd.in_phase(Phase::BwdEmbedding));
+    let emb_ug = ug(&st.emb)
+        + if f.titan {
+            0.0
+        } else {
+            ug(&st.head) + ug(&st.loss)
+        };
+    p.then(reduce_scatter(
+        &emb_unit,
+        prev_rs,
+        emb_ug,
+        accumulate,
+        Phase::BwdEmbedding,
+    ));
+    // The end of backward: the last reduce-scatter's input is released.
+    p.then(Seg::free(
+        Cat::Comm,
+        emb_unit.rs_in,
+        w(Phase::BwdEmbedding, "FSDP reduce-scatter"),
+    ));
+}
+
+/// A training step under FSDP2 with `micro_batches` micro-batches (gradient accumulation:
+/// each one reduce-scatters; the sharded gradients persist from the first).
+pub(crate) fn fsdp2(
+    a: &Architecture,
+    st: &Stretches,
+    f: &Fsdp2,
+    micro_batches: u64,
+    opt_temp: f64,
+) -> Program {
+    let mut p = Program::new();
+    fsdp2_micro_batch(a, st, f, false, &mut p, true);
+    if micro_batches > 1 {
+        let mut later = Program {
+            seg: Seg::default(),
+            points: Vec::new(),
+        };
+        fsdp2_micro_batch(a, st, f, true, &mut later, false);
+        later_micro_batches(&mut p, later.seg, micro_batches);
+    }
+    p.point("after backward");
     p.then(Seg::transient(
         Cat::Temporaries,
         opt_temp,

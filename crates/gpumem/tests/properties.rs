@@ -229,7 +229,7 @@ fn deepseek_v3_kv_cache_and_note() {
     );
     assert_eq!(e.kv_cache_bytes, 61 * 128 * (192 + 128) * 2 * 1000);
     assert!(e.notes.iter().any(|n| n.contains("MLA")));
-    assert_eq!(e.params, 671_026_419_200);
+    assert_eq!(e.params, 671_026_404_352);
 }
 
 /// Inference weights: int4 is about a quarter of bf16 (embeddings and head stay bf16).

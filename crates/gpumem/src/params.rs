@@ -1,0 +1,225 @@
+//! The model's parameter tensors with their shapes, as transformers creates them, and what
+//! one GPU holds of each once tensor, expert and data parallelism have split them.
+//!
+//! Shapes matter beyond their element counts: FSDP2 shards every parameter along its first
+//! dimension and pads that dimension to a multiple of the shard group (eight stacked experts
+//! over 64 ranks leave each rank a whole expert), and tensor parallelism splits some
+//! tensors along their rows and others along their columns.
+
+use crate::arch::{Architecture, Family};
+
+/// How tensor parallelism divides a tensor (torchtitan's plan on the Hugging Face modules).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Split {
+    /// Along the first dimension: column-parallel weights (q/k/v, gate/up, the LM head), the
+    /// vocabulary of the embedding, column-parallel biases.
+    Dim0,
+    /// Along the second: row-parallel weights (o_proj, down_proj).
+    Dim1,
+    /// Replicated: norms, row-parallel biases, routers.
+    Whole,
+}
+
+/// One parameter tensor: `dim0 × rest` elements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PTensor {
+    pub dim0: u64,
+    /// The product of the other dimensions (1 for a vector).
+    pub rest: u64,
+    pub tp: Split,
+    /// A routed experts' stacked weight (`[experts, …]`): expert parallelism divides dim 0.
+    pub expert: bool,
+}
+
+impl PTensor {
+    fn new(dim0: u64, rest: u64, tp: Split) -> Self {
+        PTensor {
+            dim0,
+            rest,
+            tp,
+            expert: false,
+        }
+    }
+
+    pub fn numel(&self) -> u64 {
+        self.dim0 * self.rest
+    }
+
+    /// What one rank of a `tp`-way tensor-parallel, `ep`-way expert-parallel group holds.
+    /// Splits round up (an uneven split leaves the first ranks the larger share).
+    pub fn local(&self, tp: u64, ep: u64) -> PTensor {
+        let mut t = *self;
+        if t.expert {
+            t.dim0 = t.dim0.div_ceil(ep);
+            // Experts under tensor parallelism split their intermediate size (dim 1).
+            t.rest = t.rest.div_ceil(tp);
+            return t;
+        }
+        match t.tp {
+            Split::Dim0 => t.dim0 = t.dim0.div_ceil(tp),
+            Split::Dim1 => t.rest = t.rest.div_ceil(tp),
+            Split::Whole => {}
+        }
+        t
+    }
+
+    /// Elements of one rank's FSDP2 shard over `n` ranks: dim 0 padded to a multiple of `n`.
+    pub fn shard(&self, n: u64) -> u64 {
+        self.dim0.div_ceil(n) * self.rest
+    }
+}
+
+/// The tensors of one decoder layer (`moe`: a mixture-of-experts layer).
+pub fn layer(a: &Architecture, moe: bool) -> Vec<PTensor> {
+    let mut v = Vec::new();
+    let h = a.hidden;
+    let norm = |v: &mut Vec<PTensor>, w: u64| {
+        v.push(PTensor::new(w, 1, Split::Whole));
+        if a.family == Family::Gpt2 {
+            v.push(PTensor::new(w, 1, Split::Whole));
+        }
+    };
+    // Linear layers: nn.Linear's weight is [out, in]; GPT-2's Conv1D is [in, out].
+    let linear = |v: &mut Vec<PTensor>, name: &str, l: crate::arch::Linear, colwise: bool| {
+        let (split, bias_split) = if colwise {
+            (Split::Dim0, Split::Dim0)
+        } else {
+            (Split::Dim1, Split::Whole)
+        };
+        if a.family == Family::Gpt2 {
+            let split = match split {
+                Split::Dim0 => Split::Dim1,
+                _ => Split::Dim0,
+            };
+            v.push(PTensor::new(l.inp, l.out, split));
+        } else if name.ends_with("_a_proj") || name == "kv_a_proj_with_mqa" {
+            // MLA's down-projections stay whole on every tensor-parallel rank.
+            v.push(PTensor::new(l.out, l.inp, Split::Whole));
+        } else {
+            v.push(PTensor::new(l.out, l.inp, split));
+        }
+        if l.bias {
+            v.push(PTensor::new(l.out, 1, bias_split));
+        }
+    };
+    norm(&mut v, h);
+    for (name, l) in a.attention_linears() {
+        let colwise = !matches!(name, "o_proj" | "c_proj");
+        linear(&mut v, name, l, colwise);
+        if name == "q_a_proj" {
+            norm(&mut v, l.out);
+        }
+        if name == "kv_a_proj_with_mqa" {
+            if let Some(m) = &a.mla {
+                norm(&mut v, m.kv_lora_rank);
+            }
+        }
+    }
+    norm(&mut v, h);
+    match (&a.moe, moe) {
+        (Some(m), true) => {
+            let i = m.expert_intermediate;
+            // transformers 5 stacks the routed experts: gate_up_proj [E, 2I, H] and
+            // down_proj [E, H, I].
+            let per = if a.gated_mlp() { 2 * i } else { i };
+            v.push(PTensor {
+                expert: true,
+                ..PTensor::new(m.experts, per * h, Split::Whole)
+            });
+            v.push(PTensor {
+                expert: true,
+                ..PTensor::new(m.experts, h * i, Split::Whole)
+            });
+            v.push(PTensor::new(m.experts, h, Split::Whole));
+            if m.router_bias {
+                // DeepSeek-V3's `e_score_correction_bias` is a buffer, not a parameter: no
+                // gradient, no optimizer state. Listed by `buffers`.
+            }
+            if m.shared_experts > 0 {
+                for (name, l) in a.mlp_linears(i * m.shared_experts) {
+                    linear(&mut v, name, l, name != "down_proj");
+                }
+            }
+        }
+        _ => {
+            for (name, l) in a.mlp_linears(a.intermediate) {
+                let colwise = !matches!(name, "down_proj" | "c_proj");
+                linear(&mut v, name, l, colwise);
+            }
+        }
+    }
+    v
+}
+
+/// The embedding (and GPT-2's learned positions).
+pub fn embedding(a: &Architecture) -> Vec<PTensor> {
+    let mut v = vec![PTensor::new(a.vocab, a.hidden, Split::Dim0)];
+    if let Some(n) = a.learned_positions {
+        v.push(PTensor::new(n, a.hidden, Split::Whole));
+    }
+    v
+}
+
+/// The final norm and the LM head (none when tied to the embedding).
+pub fn head(a: &Architecture) -> Vec<PTensor> {
+    let mut v = vec![PTensor::new(a.hidden, 1, Split::Whole)];
+    if a.family == Family::Gpt2 {
+        v.push(PTensor::new(a.hidden, 1, Split::Whole));
+    }
+    if !a.tied_embeddings {
+        v.push(PTensor::new(a.vocab, a.hidden, Split::Dim0));
+    }
+    v
+}
+
+/// Elements of a list of tensors as one rank holds them.
+pub fn local_numel(ts: &[PTensor], tp: u64, ep: u64) -> u64 {
+    ts.iter().map(|t| t.local(tp, ep).numel()).sum()
+}
+
+/// Elements of one rank's FSDP2 shard of a list of (locally split) tensors over `n` ranks,
+/// padding included.
+pub fn shard_numel(ts: &[PTensor], tp: u64, ep: u64, n: u64) -> u64 {
+    ts.iter().map(|t| t.local(tp, ep).shard(n)).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The tensors add up to the exact parameter count of every preset.
+    #[test]
+    fn tensors_add_up_to_the_parameter_count() {
+        for p in crate::presets::all() {
+            let a = &p.arch;
+            let (dense, moe) = crate::step::layer_counts(a);
+            let n = local_numel(&embedding(a), 1, 1)
+                + local_numel(&head(a), 1, 1)
+                + dense * local_numel(&layer(a, false), 1, 1)
+                + moe * local_numel(&layer(a, true), 1, 1);
+            assert_eq!(n, a.params().total, "{}", p.name);
+        }
+    }
+
+    #[test]
+    fn fsdp2_pads_the_first_dimension() {
+        let experts = PTensor {
+            expert: true,
+            ..PTensor::new(8, 100, Split::Whole)
+        };
+        // Eight experts over 64 ranks: each rank holds one expert's worth.
+        assert_eq!(experts.shard(64), 100);
+        assert_eq!(experts.shard(8), 100);
+        assert_eq!(experts.shard(4), 200);
+        assert_eq!(PTensor::new(50257, 768, Split::Dim0).shard(8), 6283 * 768);
+    }
+
+    #[test]
+    fn tensor_parallel_splits_rows_or_columns() {
+        let a = crate::presets::find("llama3.1-8b").unwrap().arch;
+        let full = local_numel(&layer(&a, false), 1, 1);
+        let tp8 = local_numel(&layer(&a, false), 8, 1);
+        // Everything but the two norms is split.
+        assert_eq!(tp8, (full - 2 * 4096) / 8 + 2 * 4096);
+    }
+}
