@@ -117,8 +117,9 @@ pub struct Where {
     /// 1-based index of the repetition (decoder layer, micro-batch) the point is in; 0 when
     /// the stretch is not repeated.
     pub index: u32,
-    /// The micro-batch (1-based; 0 when there is one).
+    /// The micro-batch (1-based; 0 when there is one) and how many there are.
     pub micro_batch: u32,
+    pub micro_batches: u32,
     /// What was running: an op's name or a framework event.
     pub what: &'static str,
 }
@@ -129,6 +130,7 @@ impl Default for Where {
             phase: Phase::Start,
             index: 0,
             micro_batch: 0,
+            micro_batches: 0,
             what: "",
         }
     }
@@ -273,7 +275,10 @@ impl Where {
     pub fn words(&self) -> String {
         let mut s = String::new();
         if self.micro_batch > 0 {
-            s.push_str(&format!("micro-batch {}, ", self.micro_batch));
+            s.push_str(&format!(
+                "micro-batch {} of {}, ",
+                self.micro_batch, self.micro_batches
+            ));
         }
         s.push_str(self.phase.words());
         if self.phase.numbered() && self.index > 0 {

@@ -217,6 +217,7 @@ fn later_micro_batches(p: &mut Program, one: Seg, micro_batches: u64) {
     if micro_batches > 1 {
         let mut s = one.repeat(micro_batches - 1);
         s.at.micro_batch = s.at.index + 1;
+        s.at.micro_batches = micro_batches as u32;
         s.at.index = one.at.index;
         p.then(s);
     }
