@@ -129,7 +129,8 @@ pub fn gzip_len(bytes: &[u8]) -> u64 {
     e.finish().map(|v| v.len() as u64).unwrap_or(0)
 }
 
-fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+/// Copy a directory tree (files and directories; links are copied as what they point at).
+pub fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(to)?;
     for entry in std::fs::read_dir(from)? {
         let entry = entry?;

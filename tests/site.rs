@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use gpumem_site::browser::Chrome;
-use gpumem_site::{build, build_book, serve, Paths};
+use gpumem_site::{build, build_book, copy_dir, serve, Paths};
 use gpumem_widgets::format::gib;
 use serde_json::json;
 
@@ -320,11 +320,12 @@ fn in_the_browser_the_widget_hydrates_and_follows_its_controls() {
 
 #[test]
 fn outside_scripts_drive_the_page_and_hostile_knobs_are_refused_under_any_base_path() {
-    // Serve the site one level down, as a static host under a base path would.
+    // Serve the site one level down, as a static host under a base path would. (A copy: the
+    // server follows no link out of the directory it serves.)
     let parent = std::env::temp_dir().join(format!("gpumem-base-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&parent);
     std::fs::create_dir_all(parent.join("docs")).unwrap();
-    std::os::unix::fs::symlink(&site().dest, parent.join("docs/gpumem")).unwrap();
+    copy_dir(&site().dest, &parent.join("docs/gpumem")).unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let dir = parent.clone();
