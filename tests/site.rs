@@ -184,6 +184,91 @@ fn a_bad_directive_fails_the_build_with_file_and_line_and_keeps_the_old_site() {
     let _ = std::fs::remove_dir_all(&tmp);
 }
 
+#[test]
+fn a_build_cleans_what_killed_builds_left_behind() {
+    let tmp = std::env::temp_dir().join(format!("gpumem-stale-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(tmp.join("book/theme")).unwrap();
+    std::fs::copy(root().join("book.toml"), tmp.join("book.toml")).unwrap();
+    std::fs::copy(
+        root().join("book/theme/head.hbs"),
+        tmp.join("book/theme/head.hbs"),
+    )
+    .unwrap();
+    std::fs::create_dir_all(tmp.join("widgets")).unwrap();
+    std::fs::copy(
+        root().join("widgets/gpumem.css"),
+        tmp.join("widgets/gpumem.css"),
+    )
+    .unwrap();
+    std::fs::write(
+        tmp.join("book/SUMMARY.md"),
+        "# Summary\n\n- [One](one.md)\n",
+    )
+    .unwrap();
+    std::fs::write(tmp.join("book/one.md"), "# One\n\nText.\n").unwrap();
+    let dest = tmp.join("site");
+    // What builds killed mid-way leave (no process has an id this large), and what a build
+    // still running in another process has (this process's parent: alive).
+    let parent_pid = std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| {
+            s.rsplit(')')
+                .next()?
+                .split_whitespace()
+                .nth(1)?
+                .parse::<u32>()
+                .ok()
+        })
+        .unwrap_or(1);
+    for stale in [
+        "site.staging-999999999",
+        "site.old-999999998",
+        &format!("site.staging-{parent_pid}"),
+    ] {
+        std::fs::create_dir_all(tmp.join(stale).join("gpumem")).unwrap();
+        std::fs::write(tmp.join(stale).join("index.html"), "half").unwrap();
+    }
+    std::fs::create_dir_all(tmp.join("site.notes")).unwrap();
+    let p = Paths {
+        root: tmp.clone(),
+        target: site().target.clone(),
+        dest: dest.clone(),
+    };
+    build_book(&p).unwrap_or_else(|e| panic!("{e}"));
+    let mut left: Vec<String> = std::fs::read_dir(&tmp)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(
+        left,
+        [
+            "book",
+            "book.toml",
+            "site",
+            "site.notes",
+            &format!("site.staging-{parent_pid}"),
+            "widgets"
+        ],
+        "the killed builds' directories are gone, a live build's and others are kept"
+    );
+    assert!(read(&dest.join("one.html")).contains("Text."));
+    // Killed between moving the old site away and the new one in: the old site comes back
+    // before the next build, which keeps it if it fails.
+    std::fs::rename(&dest, tmp.join("site.old-999999997")).unwrap();
+    std::fs::write(
+        tmp.join("book/one.md"),
+        "# One\n\n{{#gpumem allocator batch=0}}\n",
+    )
+    .unwrap();
+    assert!(build_book(&p).is_err());
+    assert!(read(&dest.join("one.html")).contains("Text."));
+    assert!(!tmp.join("site.old-999999997").exists());
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
 /// Wait until the allocator runs in the browser (hydrated and listening).
 fn wait_live(c: &Chrome) {
     c.wait_for(
