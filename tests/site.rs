@@ -454,6 +454,90 @@ fn outside_scripts_drive_the_page_and_hostile_knobs_are_refused_under_any_base_p
     let _ = std::fs::remove_dir_all(&parent);
 }
 
+#[test]
+fn a_huge_gpumem_set_is_refused_at_once_and_the_page_still_responds() {
+    let c = Chrome::start().unwrap_or_else(|e| panic!("{e}"));
+    c.goto(&format!("{}/budget.html", served())).unwrap();
+    wait_live(&c);
+    // 20,000 keys (all but one unknown): refused on the count, before any is applied. Timing
+    // is for the notes (it froze the page 13 s before); here it must simply come back.
+    let took = c
+        .eval(
+            "var d = {batch: 3}; for (var i = 0; i < 20000; i++) d['k' + i] = i; \
+             var t = performance.now(); \
+             document.dispatchEvent(new CustomEvent('gpumem:set', {detail: d})); \
+             return performance.now() - t",
+            json!([]),
+        )
+        .unwrap();
+    eprintln!("gpumem:set with 20,001 keys handled in {took} ms");
+    // Unknown keys are refused before any engine work, the knobs named.
+    c.eval(
+        "document.dispatchEvent(new CustomEvent('gpumem:set', {detail: {batch: 3, bogus: 1}})); return true",
+        json!([]),
+    )
+    .unwrap();
+    let warnings: Vec<String> = c
+        .console()
+        .unwrap()
+        .iter()
+        .map(|m| m["message"].to_string())
+        .filter(|m| m.contains("gpumem:set refused"))
+        .collect();
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    assert!(
+        warnings[0].contains("20001 keys; a gpumem:set carries at most 256"),
+        "{warnings:?}"
+    );
+    assert!(
+        warnings[1].contains("'bogus' is not a knob"),
+        "{warnings:?}"
+    );
+    // Nothing applied, and the page answers the next set.
+    let sub = "return document.querySelector('[data-widget=allocator] .gm-sub').textContent";
+    assert!(c
+        .eval(sub, json!([]))
+        .unwrap()
+        .as_str()
+        .unwrap()
+        .contains("b=1 · s=2K"));
+    c.eval(
+        "document.dispatchEvent(new CustomEvent('gpumem:set', {detail: {batch: 6}})); return true",
+        json!([]),
+    )
+    .unwrap();
+    c.wait_for(
+        "return document.querySelector('[data-widget=allocator] .gm-sub').textContent.includes('b=6 · s=2K')",
+        Duration::from_secs(10),
+    )
+    .unwrap();
+}
+
+#[test]
+fn an_over_long_link_is_refused_with_a_notice() {
+    let c = Chrome::start().unwrap_or_else(|e| panic!("{e}"));
+    let long = "x".repeat(9000);
+    c.goto(&format!("{}/budget.html?batch=2&note={long}", served()))
+        .unwrap();
+    wait_live(&c);
+    let got = c
+        .eval(
+            "return [(document.querySelector('.gm-notice[role=alert]') || {}).textContent, \
+             document.querySelector('[data-widget=allocator] .gm-sub').textContent]",
+            json!([]),
+        )
+        .unwrap();
+    let notice = got[0].as_str().unwrap_or("");
+    assert!(
+        notice.contains("not applied") && notice.contains("longer than 8 KiB"),
+        "{got}"
+    );
+    assert!(
+        got[1].as_str().unwrap().contains("b=1 · s=2K"),
+        "the page's own state: {got}"
+    );
+}
+
 /// The engine's figure for the budget page's scenario with some knobs changed.
 fn budget_with(changes: &[(&str, &str)]) -> gpumem::Estimate {
     let mut k = vec![
@@ -765,6 +849,26 @@ fn the_5d_panel_takes_a_pasted_config_refuses_a_hostile_one_and_applies_a_planne
         )
         .unwrap();
     assert!(note.as_str().unwrap().contains("7.2B parameters"), "{note}");
+
+    // Beyond the paste cap (64 KiB): refused unread, the limit named, the model kept.
+    c.eval(
+        "var t = document.querySelector('[data-widget=parallelism] textarea'); \
+         t.value = '{\"hidden_size\": 4096, \"pad\": \"' + 'x'.repeat(70000) + '\"}'; \
+         t.dispatchEvent(new Event('input', {bubbles: true})); return true",
+        json!([]),
+    )
+    .unwrap();
+    c.wait_for(
+        &format!("return {alert_x}.includes('longer than 64 KiB')"),
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    assert!(c
+        .eval(sub, json!([]))
+        .unwrap()
+        .as_str()
+        .unwrap()
+        .starts_with("custom (config.json)"));
 
     // The planner's first layout, applied: the panel shows it and marks its row.
     let use1 = c
