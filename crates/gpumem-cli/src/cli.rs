@@ -18,7 +18,8 @@ use serde_json::{Map, Value};
     subcommand_required = true,
     arg_required_else_help = true,
     after_help = "Exit codes: 0 ok, 2 bad input (a usage error, an unreadable file, or a \
-                  scenario the engine refuses; the message names the flag, file or field)."
+                  scenario the engine refuses; the message names the flag, file or field), \
+                  1 if the output cannot be written."
 )]
 pub struct Cli {
     #[command(subcommand)]

@@ -18,8 +18,17 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
         Ok(out) => {
-            println!("{out}");
-            ExitCode::SUCCESS
+            use std::io::Write;
+            let mut stdout = std::io::stdout().lock();
+            match writeln!(stdout, "{out}").and_then(|()| stdout.flush()) {
+                Ok(()) => ExitCode::SUCCESS,
+                // The reader has gone (`gpumem plan … | head`): nothing left to say.
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: cannot write the output: {e}");
+                    ExitCode::FAILURE
+                }
+            }
         }
         Err(msg) => {
             eprintln!("error: {msg}");

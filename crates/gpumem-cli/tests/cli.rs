@@ -146,6 +146,22 @@ fn help_and_version_are_conventional() {
 }
 
 #[test]
+fn a_reader_that_goes_away_is_no_error() {
+    // `gpumem presets | head -0`: the pipe is closed before gpumem writes.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gpumem"))
+        .args(["presets", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+}
+
+#[test]
 fn a_misspelled_flag_gets_a_suggestion_and_exit_2() {
     let o = gpumem(&["estimate", "--model", "gpt2", "--precison", "bf16"]);
     assert_eq!(o.code, 2);
