@@ -72,9 +72,8 @@ pub fn build_assets(p: &Paths) -> Result<Duration> {
 /// until the new one is complete, and a failed build leaves no half-written site.
 pub fn build_book(p: &Paths) -> Result<Duration> {
     let t = Instant::now();
-    let staging = p
-        .dest
-        .with_extension(format!("staging-{}", std::process::id()));
+    clean_stale(&p.dest);
+    let staging = sibling(&p.dest, "staging", std::process::id());
     let _ = std::fs::remove_dir_all(&staging);
     let result = (|| -> Result<()> {
         let mut book =
@@ -98,13 +97,62 @@ pub fn build_book(p: &Paths) -> Result<Duration> {
         let _ = std::fs::remove_dir_all(&staging);
         return Err(e);
     }
-    let old = p.dest.with_extension(format!("old-{}", std::process::id()));
+    let old = sibling(&p.dest, "old", std::process::id());
     if p.dest.exists() {
         std::fs::rename(&p.dest, &old)?;
     }
     std::fs::rename(&staging, &p.dest)?;
     let _ = std::fs::remove_dir_all(&old);
     Ok(t.elapsed())
+}
+
+/// `target/site.staging-PID`, `target/site.old-PID`: a build's scratch next to the site.
+fn sibling(dest: &Path, kind: &str, pid: u32) -> PathBuf {
+    dest.with_extension(format!("{kind}-{pid}"))
+}
+
+/// Remove what builds that were killed left next to `dest` (their staging and old sites),
+/// leaving alone those of builds still running. If a build was killed between moving the old
+/// site away and moving the new one in, the old site is put back first.
+pub fn clean_stale(dest: &Path) {
+    let (Some(parent), Some(_)) = (dest.parent(), dest.file_name()) else {
+        return;
+    };
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    let prefix = |kind: &str| {
+        dest.with_extension(format!("{kind}-"))
+            .file_name()
+            .map(|n| n.to_string_lossy().to_string())
+    };
+    let kinds = [("staging", prefix("staging")), ("old", prefix("old"))];
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        for (kind, pre) in &kinds {
+            let Some(pid) = pre
+                .as_deref()
+                .and_then(|pre| name.strip_prefix(pre))
+                .and_then(|rest| rest.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            if pid == std::process::id() || alive(pid) {
+                continue;
+            }
+            let path = e.path();
+            if *kind == "old" && !dest.exists() && std::fs::rename(&path, dest).is_ok() {
+                continue;
+            }
+            let _ = std::fs::remove_dir_all(&path);
+        }
+    }
+}
+
+/// Whether a process runs with this id (Linux's /proc; elsewhere every other build is taken
+/// as gone).
+fn alive(pid: u32) -> bool {
+    Path::new("/proc").join(pid.to_string()).exists()
 }
 
 /// Everything: assets, then the book.
@@ -129,7 +177,8 @@ pub fn gzip_len(bytes: &[u8]) -> u64 {
     e.finish().map(|v| v.len() as u64).unwrap_or(0)
 }
 
-fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+/// Copy a directory tree (files and directories; links are copied as what they point at).
+pub fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(to)?;
     for entry in std::fs::read_dir(from)? {
         let entry = entry?;

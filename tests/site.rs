@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use gpumem_site::browser::Chrome;
-use gpumem_site::{build, build_book, serve, Paths};
+use gpumem_site::{build, build_book, copy_dir, serve, Paths};
 use gpumem_widgets::format::gib;
 use serde_json::json;
 
@@ -184,6 +184,91 @@ fn a_bad_directive_fails_the_build_with_file_and_line_and_keeps_the_old_site() {
     let _ = std::fs::remove_dir_all(&tmp);
 }
 
+#[test]
+fn a_build_cleans_what_killed_builds_left_behind() {
+    let tmp = std::env::temp_dir().join(format!("gpumem-stale-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(tmp.join("book/theme")).unwrap();
+    std::fs::copy(root().join("book.toml"), tmp.join("book.toml")).unwrap();
+    std::fs::copy(
+        root().join("book/theme/head.hbs"),
+        tmp.join("book/theme/head.hbs"),
+    )
+    .unwrap();
+    std::fs::create_dir_all(tmp.join("widgets")).unwrap();
+    std::fs::copy(
+        root().join("widgets/gpumem.css"),
+        tmp.join("widgets/gpumem.css"),
+    )
+    .unwrap();
+    std::fs::write(
+        tmp.join("book/SUMMARY.md"),
+        "# Summary\n\n- [One](one.md)\n",
+    )
+    .unwrap();
+    std::fs::write(tmp.join("book/one.md"), "# One\n\nText.\n").unwrap();
+    let dest = tmp.join("site");
+    // What builds killed mid-way leave (no process has an id this large), and what a build
+    // still running in another process has (this process's parent: alive).
+    let parent_pid = std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| {
+            s.rsplit(')')
+                .next()?
+                .split_whitespace()
+                .nth(1)?
+                .parse::<u32>()
+                .ok()
+        })
+        .unwrap_or(1);
+    for stale in [
+        "site.staging-999999999",
+        "site.old-999999998",
+        &format!("site.staging-{parent_pid}"),
+    ] {
+        std::fs::create_dir_all(tmp.join(stale).join("gpumem")).unwrap();
+        std::fs::write(tmp.join(stale).join("index.html"), "half").unwrap();
+    }
+    std::fs::create_dir_all(tmp.join("site.notes")).unwrap();
+    let p = Paths {
+        root: tmp.clone(),
+        target: site().target.clone(),
+        dest: dest.clone(),
+    };
+    build_book(&p).unwrap_or_else(|e| panic!("{e}"));
+    let mut left: Vec<String> = std::fs::read_dir(&tmp)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(
+        left,
+        [
+            "book",
+            "book.toml",
+            "site",
+            "site.notes",
+            &format!("site.staging-{parent_pid}"),
+            "widgets"
+        ],
+        "the killed builds' directories are gone, a live build's and others are kept"
+    );
+    assert!(read(&dest.join("one.html")).contains("Text."));
+    // Killed between moving the old site away and the new one in: the old site comes back
+    // before the next build, which keeps it if it fails.
+    std::fs::rename(&dest, tmp.join("site.old-999999997")).unwrap();
+    std::fs::write(
+        tmp.join("book/one.md"),
+        "# One\n\n{{#gpumem allocator batch=0}}\n",
+    )
+    .unwrap();
+    assert!(build_book(&p).is_err());
+    assert!(read(&dest.join("one.html")).contains("Text."));
+    assert!(!tmp.join("site.old-999999997").exists());
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
 /// Wait until the allocator runs in the browser (hydrated and listening).
 fn wait_live(c: &Chrome) {
     c.wait_for(
@@ -320,11 +405,12 @@ fn in_the_browser_the_widget_hydrates_and_follows_its_controls() {
 
 #[test]
 fn outside_scripts_drive_the_page_and_hostile_knobs_are_refused_under_any_base_path() {
-    // Serve the site one level down, as a static host under a base path would.
+    // Serve the site one level down, as a static host under a base path would. (A copy: the
+    // server follows no link out of the directory it serves.)
     let parent = std::env::temp_dir().join(format!("gpumem-base-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&parent);
     std::fs::create_dir_all(parent.join("docs")).unwrap();
-    std::os::unix::fs::symlink(&site().dest, parent.join("docs/gpumem")).unwrap();
+    copy_dir(&site().dest, &parent.join("docs/gpumem")).unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let dir = parent.clone();
@@ -366,6 +452,90 @@ fn outside_scripts_drive_the_page_and_hostile_knobs_are_refused_under_any_base_p
         "{warnings:?}"
     );
     let _ = std::fs::remove_dir_all(&parent);
+}
+
+#[test]
+fn a_huge_gpumem_set_is_refused_at_once_and_the_page_still_responds() {
+    let c = Chrome::start().unwrap_or_else(|e| panic!("{e}"));
+    c.goto(&format!("{}/budget.html", served())).unwrap();
+    wait_live(&c);
+    // 20,000 keys (all but one unknown): refused on the count, before any is applied. Timing
+    // is for the notes (it froze the page 13 s before); here it must simply come back.
+    let took = c
+        .eval(
+            "var d = {batch: 3}; for (var i = 0; i < 20000; i++) d['k' + i] = i; \
+             var t = performance.now(); \
+             document.dispatchEvent(new CustomEvent('gpumem:set', {detail: d})); \
+             return performance.now() - t",
+            json!([]),
+        )
+        .unwrap();
+    eprintln!("gpumem:set with 20,001 keys handled in {took} ms");
+    // Unknown keys are refused before any engine work, the knobs named.
+    c.eval(
+        "document.dispatchEvent(new CustomEvent('gpumem:set', {detail: {batch: 3, bogus: 1}})); return true",
+        json!([]),
+    )
+    .unwrap();
+    let warnings: Vec<String> = c
+        .console()
+        .unwrap()
+        .iter()
+        .map(|m| m["message"].to_string())
+        .filter(|m| m.contains("gpumem:set refused"))
+        .collect();
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    assert!(
+        warnings[0].contains("20001 keys; a gpumem:set carries at most 256"),
+        "{warnings:?}"
+    );
+    assert!(
+        warnings[1].contains("'bogus' is not a knob"),
+        "{warnings:?}"
+    );
+    // Nothing applied, and the page answers the next set.
+    let sub = "return document.querySelector('[data-widget=allocator] .gm-sub').textContent";
+    assert!(c
+        .eval(sub, json!([]))
+        .unwrap()
+        .as_str()
+        .unwrap()
+        .contains("b=1 · s=2K"));
+    c.eval(
+        "document.dispatchEvent(new CustomEvent('gpumem:set', {detail: {batch: 6}})); return true",
+        json!([]),
+    )
+    .unwrap();
+    c.wait_for(
+        "return document.querySelector('[data-widget=allocator] .gm-sub').textContent.includes('b=6 · s=2K')",
+        Duration::from_secs(10),
+    )
+    .unwrap();
+}
+
+#[test]
+fn an_over_long_link_is_refused_with_a_notice() {
+    let c = Chrome::start().unwrap_or_else(|e| panic!("{e}"));
+    let long = "x".repeat(9000);
+    c.goto(&format!("{}/budget.html?batch=2&note={long}", served()))
+        .unwrap();
+    wait_live(&c);
+    let got = c
+        .eval(
+            "return [(document.querySelector('.gm-notice[role=alert]') || {}).textContent, \
+             document.querySelector('[data-widget=allocator] .gm-sub').textContent]",
+            json!([]),
+        )
+        .unwrap();
+    let notice = got[0].as_str().unwrap_or("");
+    assert!(
+        notice.contains("not applied") && notice.contains("longer than 8 KiB"),
+        "{got}"
+    );
+    assert!(
+        got[1].as_str().unwrap().contains("b=1 · s=2K"),
+        "the page's own state: {got}"
+    );
 }
 
 /// The engine's figure for the budget page's scenario with some knobs changed.
@@ -679,6 +849,26 @@ fn the_5d_panel_takes_a_pasted_config_refuses_a_hostile_one_and_applies_a_planne
         )
         .unwrap();
     assert!(note.as_str().unwrap().contains("7.2B parameters"), "{note}");
+
+    // Beyond the paste cap (64 KiB): refused unread, the limit named, the model kept.
+    c.eval(
+        "var t = document.querySelector('[data-widget=parallelism] textarea'); \
+         t.value = '{\"hidden_size\": 4096, \"pad\": \"' + 'x'.repeat(70000) + '\"}'; \
+         t.dispatchEvent(new Event('input', {bubbles: true})); return true",
+        json!([]),
+    )
+    .unwrap();
+    c.wait_for(
+        &format!("return {alert_x}.includes('longer than 64 KiB')"),
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    assert!(c
+        .eval(sub, json!([]))
+        .unwrap()
+        .as_str()
+        .unwrap()
+        .starts_with("custom (config.json)"));
 
     // The planner's first layout, applied: the panel shows it and marks its row.
     let use1 = c

@@ -82,8 +82,17 @@ pub fn with_field(k: &Knobs, a: &Architecture, field: &str, v: u64) -> Knobs {
         .with("arch", knobs::to_pairs(&cfg))
 }
 
+/// The longest config.json the paste box reads: published configs are a few KB.
+pub const MAX_PASTE_BYTES: usize = 64 << 10;
+
 /// The knobs for a pasted `config.json`, or the engine's reason to refuse it.
 pub fn with_config(k: &Knobs, text: &str) -> Result<Knobs, String> {
+    if text.len() > MAX_PASTE_BYTES {
+        return Err(format!(
+            "config.json: longer than {} KiB, the limit for a pasted config",
+            MAX_PASTE_BYTES >> 10
+        ));
+    }
     let arch = knobs::arch_from_config_json(text).map_err(|e| e.to_string())?;
     let n = k.without("model").without("params").with("arch", arch);
     n.scenario().map_err(|e| e.to_string())?;
@@ -641,5 +650,12 @@ mod tests {
         .unwrap();
         let e = ok.estimate().unwrap();
         assert_eq!(e.params, 7_241_732_096, "Mistral 7B's published count");
+        // Beyond the paste cap: refused before it is parsed, the limit named.
+        let huge = format!(
+            "{{\"hidden_size\": 4096, \"pad\": \"{}\"}}",
+            "x".repeat(MAX_PASTE_BYTES)
+        );
+        let e = with_config(&base, &huge).unwrap_err();
+        assert!(e.contains("64 KiB"), "{e}");
     }
 }

@@ -105,9 +105,26 @@ fn unpercent(v: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
+/// The longest query string read: a permalink's knobs take a few hundred bytes, an `arch`
+/// knob about a thousand.
+pub const MAX_QUERY_BYTES: usize = 8 << 10;
+
+/// The most knobs one `gpumem:set` may carry (there are far fewer knobs than this).
+pub const MAX_SET_KEYS: usize = 256;
+
+/// The longest `gpumem:set` detail read, as JSON text.
+pub const MAX_SET_BYTES: usize = 64 << 10;
+
 /// The page's knobs with a query string's knobs applied, if the query carries any: the
-/// engine checks the result, and an invalid one is an error naming what is wrong.
+/// engine checks the result, and an invalid one is an error naming what is wrong. A query
+/// longer than [`MAX_QUERY_BYTES`] is refused unread.
 pub fn from_query(defaults: &Knobs, query: &str) -> Option<Result<Knobs, String>> {
+    if query.len() > MAX_QUERY_BYTES {
+        return Some(Err(format!(
+            "the query string is longer than {} KiB",
+            MAX_QUERY_BYTES >> 10
+        )));
+    }
     let mut k = defaults.clone();
     let mut any = false;
     for pair in query.trim_start_matches('?').split('&') {
@@ -122,7 +139,7 @@ pub fn from_query(defaults: &Knobs, query: &str) -> Option<Result<Knobs, String>
         if v.len() > gpumem::knobs::MAX_VALUE_LEN {
             return Some(Err(format!("{key}: value too long")));
         }
-        k = k.with(key, v);
+        k.0.insert(key.to_string(), v);
     }
     if !any {
         return None;
@@ -205,9 +222,10 @@ pub mod url {
 
 /// The page's knobs as DOM events, for readers' own scripts: every change is announced as
 /// `gpumem:change` on `document` (detail: the knobs), and a `gpumem:set` event whose detail
-/// is an object of knobs changes them. What `gpumem:set` carries is data: each knob is
-/// checked by the engine, and an invalid set is refused with a console warning, the page's
-/// knobs unchanged.
+/// is an object of knobs changes them. What `gpumem:set` carries is data: bounded (see
+/// [`apply_set`](super::apply_set)), each key checked against the knobs' names and the result
+/// by the engine, and an invalid set is refused with a console warning, the page's knobs
+/// unchanged.
 #[cfg(target_arch = "wasm32")]
 pub mod page_events {
     use wasm_bindgen::prelude::*;
@@ -240,11 +258,7 @@ pub mod page_events {
             let Some(ce) = e.dyn_ref::<web_sys::CustomEvent>() else {
                 return;
             };
-            let text = js_sys::JSON::stringify(&ce.detail())
-                .ok()
-                .and_then(|s| s.as_string())
-                .unwrap_or_default();
-            match apply(&text) {
+            match apply(&ce.detail()) {
                 Ok(k) => super::publish(k),
                 Err(msg) => web_sys::console::warn_1(&format!("gpumem:set refused: {msg}").into()),
             }
@@ -253,22 +267,64 @@ pub mod page_events {
         on_set.forget();
     }
 
-    /// The page's knobs with `text` (a JSON object of knob → value) applied, if valid.
-    fn apply(text: &str) -> Result<Knobs, String> {
-        let v: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
-        let obj = v.as_object().ok_or("detail must be an object of knobs")?;
-        let mut k = super::current().unwrap_or_default();
-        for (key, val) in obj {
-            let s = match val {
-                serde_json::Value::String(s) => s.clone(),
-                serde_json::Value::Number(n) => n.to_string(),
-                _ => return Err(format!("{key}: must be a string or a number")),
-            };
-            k = k.with(key, s);
+    /// The page's knobs with the event's detail applied, if valid. An object with too many
+    /// keys is refused before it is even serialized.
+    fn apply(detail: &JsValue) -> Result<Knobs, String> {
+        if detail.is_object() && !js_sys::Array::is_array(detail) {
+            let keys =
+                js_sys::Object::keys(detail.unchecked_ref::<js_sys::Object>()).length() as usize;
+            if keys > super::MAX_SET_KEYS {
+                return Err(super::too_many_keys(keys));
+            }
         }
-        k.scenario().map_err(|e| e.to_string())?;
-        Ok(k)
+        let text = js_sys::JSON::stringify(detail)
+            .ok()
+            .and_then(|s| s.as_string())
+            .unwrap_or_default();
+        super::apply_set(&super::current().unwrap_or_default(), &text)
     }
+}
+
+fn too_many_keys(n: usize) -> String {
+    format!("{n} keys; a gpumem:set carries at most {MAX_SET_KEYS}")
+}
+
+/// `knobs` with a `gpumem:set` detail (a JSON object of knob → value) applied, if valid.
+/// Linear in the detail's size: its length and key count are bounded, every key is checked
+/// against the knobs' names before anything is applied, and the engine runs once.
+pub fn apply_set(knobs: &Knobs, text: &str) -> Result<Knobs, String> {
+    if text.len() > MAX_SET_BYTES {
+        return Err(format!(
+            "the detail is longer than {} KiB",
+            MAX_SET_BYTES >> 10
+        ));
+    }
+    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    let obj = v.as_object().ok_or("detail must be an object of knobs")?;
+    if obj.len() > MAX_SET_KEYS {
+        return Err(too_many_keys(obj.len()));
+    }
+    if let Some(key) = obj
+        .keys()
+        .find(|key| !gpumem::knobs::KNOBS.contains(&key.as_str()))
+    {
+        return Err(format!(
+            "'{}' is not a knob (knobs: {})",
+            gpumem::knobs::shown(key),
+            gpumem::knobs::KNOBS.join(", ")
+        ));
+    }
+    let mut k = knobs.clone();
+    for (key, val) in obj {
+        let s = match val {
+            serde_json::Value::String(s) => s.clone(),
+            serde_json::Value::Number(n) => n.to_string(),
+            _ => return Err(format!("{key}: must be a string or a number")),
+        };
+        k.0.insert(key.clone(), s);
+    }
+    k.scenario().map_err(|e| e.to_string())?;
+    Ok(k)
 }
 
 /// The page's knobs, once a widget has joined.
@@ -303,6 +359,44 @@ mod tests {
         assert!(from_query(&page, &format!("?gpu={}", "x".repeat(500)))
             .unwrap()
             .is_err());
+    }
+
+    #[test]
+    fn an_over_long_query_is_refused_unread() {
+        let page = Knobs::default().with("model", "llama3.1-8b");
+        let q = format!("?batch=2&search={}", "x".repeat(MAX_QUERY_BYTES));
+        let e = from_query(&page, &q).unwrap().unwrap_err();
+        assert!(e.contains("8 KiB"), "{e}");
+        // Just under the cap, a query with knobs is read as usual.
+        let q = format!("?batch=2&search={}", "x".repeat(MAX_QUERY_BYTES - 100));
+        assert_eq!(from_query(&page, &q), Some(Ok(page.with("batch", "2"))));
+    }
+
+    #[test]
+    fn a_set_is_bounded_checked_key_by_key_and_applied_once() {
+        let page = Knobs::default().with("model", "llama3.1-8b");
+        assert_eq!(
+            apply_set(&page, r#"{"batch": 4, "seq": "4k"}"#),
+            Ok(page.with("batch", "4").with("seq", "4k"))
+        );
+        let e = apply_set(&page, r#"{"batch": 4, "bogus": 1}"#).unwrap_err();
+        assert!(e.starts_with("'bogus' is not a knob"), "{e}");
+        // 20,000 keys: refused on the count, before any is looked at.
+        let many: serde_json::Map<String, serde_json::Value> = (0..20_000)
+            .map(|i| (format!("k{i}"), serde_json::Value::from(i)))
+            .collect();
+        let text = serde_json::Value::Object(many).to_string();
+        let e = apply_set(&page, &text).unwrap_err();
+        assert!(e.contains("64 KiB"), "{e}");
+        let some: serde_json::Map<String, serde_json::Value> = (0..300)
+            .map(|i| (format!("k{i}"), serde_json::Value::from(i)))
+            .collect();
+        let e = apply_set(&page, &serde_json::Value::Object(some).to_string()).unwrap_err();
+        assert_eq!(e, "300 keys; a gpumem:set carries at most 256");
+        assert!(apply_set(&page, r#"{"batch": 0}"#)
+            .unwrap_err()
+            .starts_with("batch"));
+        assert!(apply_set(&page, r#""batch=9""#).is_err());
     }
 
     #[test]

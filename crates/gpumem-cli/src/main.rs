@@ -1,58 +1,34 @@
-//! `gpumem`: will this run fit on my GPU, and why?
+//! `gpumem`: will this run fit on my GPU, and why? (`gpumem --help`)
 
 use std::process::ExitCode;
 
 use gpumem::{estimate, plan, Estimate, Scenario};
 use serde_json::{Map, Value};
 
-const USAGE: &str = "\
-gpumem — predicts per-GPU memory of LLM training and inference
+mod cli;
+mod files;
 
-USAGE:
-  gpumem estimate [--scenario FILE] [--hf-config FILE] [FLAGS] [--json]
-  gpumem plan --gpus COUNTS --global-batch N [ESTIMATE FLAGS] [--top N] [--json]
-  gpumem presets [--json]
-  gpumem help
+use clap::{CommandFactory, Parser};
 
-ESTIMATE FLAGS (override the scenario file's fields):
-  --model NAME          a preset (see `gpumem presets`)
-  --hf-config FILE      a Hugging Face config.json as the model
-  --mode train|inference
-  --batch N  --seq N  --new-tokens N
-  --precision RECIPE    fp32, bf16, fp16, amp-bf16, amp-fp16, mixed-bf16, fp8
-  --optimizer NAME      adamw, adam, sgd, sgd-momentum, adafactor, adamw-8bit
-  --recompute none|selective|full
-  --attention flash|eager
-  --loss standard|fused
-  --finetune full|lora|qlora
-  --gpu NAME            H100-80GB, H200, B200, A100-80GB, A100-40GB, L4, RTX-4090, …
-  --dp N --tp N --pp N --cp N --ep N
-                        data, tensor, pipeline, context, expert parallel sizes
-  --zero 0-3            ZeRO stage (FSDP: 2 SHARD_GRAD_OP, 3 FULL_SHARD)
-  --fsdp STRATEGY       full_shard, shard_grad_op, no_shard, hybrid_shard
-  --framework NAME      fsdp (PyTorch/torchtitan), deepspeed, megatron
-  --grad-accum N        micro-batches per step (the pipeline's micro-batches)
-  --schedule 1f1b|interleaved  --virtual-stages N
-  --sp on|off           sequence parallelism with tp (default on)
-  --offload none|optimizer|optimizer+params
-  --json                one JSON object instead of the table
-
-PLAN FLAGS:
-  --gpus COUNTS         2048, 8,16,24, 8..16384 (powers of two), 8..128:8 (steps of 8)
-  --global-batch N      sequences per optimizer step (default 1)
-  --gpus-per-node N     NVLink domain size (default 8): tp stays inside it
-  --top N               layouts to list (default 10)
-  --no-offload          only layouts that keep every state on the GPU
-  --host-memory-gb N    CPU memory per node for offload (default 2000)
-
-Exit codes: 0 ok, 2 bad input.";
+use cli::{Cli, Command, PlanFlags, ScenarioFlags};
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match run(&args) {
+    // Usage errors (an unknown flag, a bad value) exit 2 with clap's message and suggestion;
+    // --help and --version exit 0.
+    let cli = Cli::parse();
+    match run(cli) {
         Ok(out) => {
-            println!("{out}");
-            ExitCode::SUCCESS
+            use std::io::Write;
+            let mut stdout = std::io::stdout().lock();
+            match writeln!(stdout, "{out}").and_then(|()| stdout.flush()) {
+                Ok(()) => ExitCode::SUCCESS,
+                // The reader has gone (`gpumem plan … | head`): nothing left to say.
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: cannot write the output: {e}");
+                    ExitCode::FAILURE
+                }
+            }
         }
         Err(msg) => {
             eprintln!("error: {msg}");
@@ -61,41 +37,90 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(args: &[String]) -> Result<String, String> {
-    match args.first().map(String::as_str) {
-        Some("estimate") => cmd_estimate(&args[1..]),
-        Some("plan") => cmd_plan(&args[1..]),
-        Some("presets") => Ok(cmd_presets(args[1..].iter().any(|a| a == "--json"))),
-        Some("help") | Some("--help") | Some("-h") | None => Ok(USAGE.to_string()),
-        Some(other) => Err(format!(
-            "unknown command '{}'\n\n{USAGE}",
-            other.chars().take(40).collect::<String>()
-        )),
+fn run(cli: Cli) -> Result<String, String> {
+    match cli.command {
+        Command::Estimate(a) => {
+            let input = Input::new(&a.scenario, None)?;
+            let scenario = Scenario::from_value(&input.value()).map_err(|e| input.error(e))?;
+            let e = estimate(&scenario).map_err(|e| e.to_string())?;
+            Ok(if a.json {
+                serde_json::to_string_pretty(&e).expect("estimate serialises")
+            } else {
+                table(&e)
+            })
+        }
+        Command::Plan(a) => {
+            let input = Input::new(&a.scenario, Some(&a.plan))?;
+            let req = plan::Request::from_value(&input.value()).map_err(|e| input.error(e))?;
+            let p = plan::plan(&req);
+            Ok(if a.json {
+                serde_json::to_string_pretty(&p).expect("plan serialises")
+            } else {
+                plan_table(&p)
+            })
+        }
+        Command::Presets(a) => Ok(cmd_presets(a.json)),
+        Command::Completions { shell } => {
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "gpumem", &mut out);
+            Ok(String::from_utf8_lossy(&out).trim_end().to_string())
+        }
     }
 }
 
-fn read(path: &str) -> Result<String, String> {
-    std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))
-}
-
-fn parse_json(path: &str, text: &str) -> Result<Value, String> {
-    serde_json::from_str(text)
-        .map_err(|e| format!("{path}:{}:{}: malformed JSON: {e}", e.line(), e.column()))
-}
-
-/// The scenario (or plan request) the flags and files describe, and whether `--json` was
-/// given. Errors name the flag or the file the wrong value came from.
+/// The scenario (or plan request) the files and flags describe. Errors name the flag, the
+/// file or the field the wrong value came from.
 struct Input {
     obj: Map<String, Value>,
-    json: bool,
+    /// The fields flags set (`batch`, `parallel.tp`): an error about one is not the file's.
+    from_flags: Vec<String>,
     scenario_path: Option<String>,
     config_path: Option<String>,
 }
 
 impl Input {
+    fn new(flags: &ScenarioFlags, plan: Option<&PlanFlags>) -> Result<Input, String> {
+        let mut obj = Map::new();
+        if let Some(path) = &flags.scenario {
+            match files::read_json(path)? {
+                Value::Object(m) => obj = m,
+                _ => return Err(format!("{path}: a scenario must be a JSON object")),
+            }
+        }
+        if let Some(path) = &flags.hf_config {
+            let cfg = files::read_json(path)?;
+            obj.insert("model".into(), serde_json::json!({ "hf_config": cfg }));
+        }
+        let from_flags = cli::apply(flags, plan, &mut obj).map_err(|e| match &flags.scenario {
+            Some(path) => format!("{path}: {e}"),
+            None => e,
+        })?;
+        if !obj.contains_key("model") {
+            return Err("no model: give --model NAME, --hf-config FILE or --scenario FILE".into());
+        }
+        Ok(Input {
+            obj,
+            from_flags,
+            scenario_path: flags.scenario.clone(),
+            config_path: flags.hf_config.clone(),
+        })
+    }
+
+    fn value(&self) -> Value {
+        Value::Object(self.obj.clone())
+    }
+
     fn error(&self, e: gpumem::Error) -> String {
+        let field = e.field.as_str();
+        let within = |f: &str| {
+            field == f
+                || field
+                    .strip_prefix(f)
+                    .is_some_and(|rest| rest.starts_with(['.', '[']))
+        };
         let file = match (&self.config_path, &self.scenario_path) {
-            (Some(c), _) if e.field.starts_with("model.hf_config") => Some(c),
+            (Some(c), _) if within("model.hf_config") => Some(c),
+            _ if self.from_flags.iter().any(|f| within(f)) => None,
             (_, Some(p)) => Some(p),
             _ => None,
         };
@@ -104,139 +129,6 @@ impl Input {
             None => e.to_string(),
         }
     }
-}
-
-fn cmd_estimate(args: &[String]) -> Result<String, String> {
-    let input = parse_args(args, false)?;
-    let scenario =
-        Scenario::from_value(&Value::Object(input.obj.clone())).map_err(|e| input.error(e))?;
-    let e = estimate(&scenario).map_err(|e| e.to_string())?;
-    Ok(if input.json {
-        serde_json::to_string_pretty(&e).expect("estimate serialises")
-    } else {
-        table(&e)
-    })
-}
-
-fn cmd_plan(args: &[String]) -> Result<String, String> {
-    let input = parse_args(args, true)?;
-    let req =
-        plan::Request::from_value(&Value::Object(input.obj.clone())).map_err(|e| input.error(e))?;
-    let p = plan::plan(&req);
-    Ok(if input.json {
-        serde_json::to_string_pretty(&p).expect("plan serialises")
-    } else {
-        plan_table(&p)
-    })
-}
-
-fn parse_args(args: &[String], planning: bool) -> Result<Input, String> {
-    let mut json = false;
-    let mut obj = Map::new();
-    let mut i = 0;
-    let mut scenario_path = None;
-    let mut config_path: Option<String> = None;
-    while i < args.len() {
-        let flag = args[i].as_str();
-        if flag == "--json" {
-            json = true;
-            i += 1;
-            continue;
-        }
-        if flag == "--no-offload" && planning {
-            obj.insert("offload".into(), Value::Bool(false));
-            i += 1;
-            continue;
-        }
-        let value = args
-            .get(i + 1)
-            .ok_or_else(|| format!("{flag} needs a value"))?
-            .as_str();
-        let num = |v: &str| -> Result<Value, String> {
-            v.parse::<u64>()
-                .map(Value::from)
-                .map_err(|_| format!("{flag}: '{v}' is not a positive whole number"))
-        };
-        match flag {
-            "--scenario" => {
-                let text = read(value)?;
-                match parse_json(value, &text)? {
-                    Value::Object(m) => {
-                        for (k, v) in m {
-                            obj.entry(k).or_insert(v);
-                        }
-                    }
-                    _ => return Err(format!("{value}: a scenario must be a JSON object")),
-                }
-                scenario_path = Some(value.to_string());
-            }
-            "--hf-config" => {
-                let cfg = parse_json(value, &read(value)?)?;
-                obj.insert("model".into(), serde_json::json!({ "hf_config": cfg }));
-                config_path = Some(value.to_string());
-            }
-            "--model" => {
-                obj.insert("model".into(), serde_json::json!({ "preset": value }));
-            }
-            "--mode" | "--precision" | "--optimizer" | "--recompute" | "--attention" | "--loss"
-            | "--finetune" | "--gpu" => {
-                obj.insert(flag[2..].to_string(), Value::String(value.to_string()));
-            }
-            "--batch" | "--seq" => {
-                obj.insert(flag[2..].to_string(), num(value)?);
-            }
-            "--new-tokens" => {
-                obj.insert("new_tokens".into(), num(value)?);
-            }
-            "--dp" | "--tp" | "--pp" | "--cp" | "--ep" | "--zero" | "--grad-accum"
-            | "--virtual-stages" | "--framework" | "--schedule" | "--offload" | "--fsdp"
-            | "--sp" => {
-                let key = flag[2..].replace('-', "_");
-                let v = match flag {
-                    "--framework" | "--schedule" | "--offload" | "--fsdp" => {
-                        Value::String(value.to_string())
-                    }
-                    "--sp" => match value {
-                        "true" | "on" => Value::Bool(true),
-                        "false" | "off" => Value::Bool(false),
-                        _ => return Err(format!("--sp: '{value}' is not on or off")),
-                    },
-                    _ => num(value)?,
-                };
-                match obj
-                    .entry("parallel")
-                    .or_insert_with(|| Value::Object(Map::new()))
-                {
-                    Value::Object(m) => {
-                        m.insert(key, v);
-                    }
-                    _ => return Err("parallel: must be an object".into()),
-                }
-            }
-            "--global-batch" | "--gpus-per-node" | "--top" | "--host-memory-gb" if planning => {
-                obj.insert(flag[2..].replace('-', "_"), num(value)?);
-            }
-            "--gpus" if planning => {
-                obj.insert("gpus".into(), Value::String(value.to_string()));
-            }
-            other => {
-                return Err(format!(
-                    "unknown flag '{}' (see `gpumem help`)",
-                    other.chars().take(40).collect::<String>()
-                ))
-            }
-        }
-        i += 2;
-    }
-    if !obj.contains_key("model") {
-        return Err("no model: give --model NAME, --hf-config FILE or --scenario FILE".into());
-    }
-    Ok(Input {
-        obj,
-        json,
-        scenario_path,
-        config_path,
-    })
 }
 
 fn plan_table(p: &plan::Plan) -> String {
