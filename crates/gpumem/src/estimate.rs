@@ -141,11 +141,11 @@ pub fn estimate(s: &Scenario) -> Result<Estimate> {
     };
     if let Some(a) = arch {
         let par = &s.parallel;
-        if s.mode == Mode::Train && (par.model_parallel() || par.framework == Framework::Megatron) {
-            return estimate_layout(s, name, a);
-        }
         if let Some(e) = estimate_pytorch_dp(s, &name, a) {
             return e;
+        }
+        if s.mode == Mode::Train && (par.model_parallel() || par.framework == Framework::Megatron) {
+            return estimate_layout(s, name, a);
         }
     }
     let states = ModelStates::new(s, arch);
@@ -295,7 +295,10 @@ fn estimate_pytorch_dp(s: &Scenario, name: &str, a: &Architecture) -> Option<Res
     let par = &s.parallel;
     if s.mode != Mode::Train
         || par.framework != Framework::Fsdp
-        || par.dp < 2
+        || (par.dp < 2 && par.tp < 2)
+        || par.pp > 1
+        || par.cp > 1
+        || par.ep > 1
         || par.zero == 1
         || par.offload_optimizer
         || par.offload_params
@@ -325,7 +328,8 @@ fn pytorch_dp(s: &Scenario, name: &str, model: &Architecture) -> Result<Estimate
     };
     let p = &s.precision;
     let n = par.shard_ranks();
-    let fsdp = par.zero >= 2;
+    let fsdp = par.zero >= 2 && par.dp > 1;
+    let tp = par.tp;
     // Compute dtype of the parameters (FSDP2's `param_dtype`) and their storage dtype (the
     // sharded parameter, which is the master copy under mixed precision).
     let cdt = p.weights;
@@ -342,14 +346,22 @@ fn pytorch_dp(s: &Scenario, name: &str, model: &Architecture) -> Result<Estimate
     let dense_t = params::layer(a, false);
     let moe_t = params::layer(a, true);
     let unit = |ts: &[params::PTensor]| -> step::Unit {
-        let local = params::local_numel(ts, 1, 1) as f64;
-        let shard = params::shard_numel(ts, 1, 1, n) as f64;
+        let local = params::local_numel(ts, tp, 1) as f64;
+        let shard = params::shard_numel(ts, tp, 1, n) as f64;
         step::Unit {
             gathered: local * cdt.bytes(),
             rs_in: shard * n as f64 * rdt.bytes(),
             rs_out: shard * rdt.bytes(),
             grad: shard * pdt.bytes(),
+            redistribute: 0.0,
         }
+    };
+    // Tensor parallelism: the embedding's gradient is made whole and cut to this rank's
+    // rows (a copy) before it is reduced or stepped.
+    let emb_rows = if tp > 1 {
+        (a.vocab as f64 / tp as f64).ceil() * a.hidden as f64 * cdt.bytes()
+    } else {
+        0.0
     };
     // Persistent states of this rank.
     let all: Vec<(u64, &[params::PTensor])> = vec![
@@ -362,6 +374,7 @@ fn pytorch_dp(s: &Scenario, name: &str, model: &Architecture) -> Result<Estimate
     let mut optim = 0.0;
     for (k, ts) in &all {
         for t in ts.iter() {
+            let t = t.local(tp, 1);
             let (rows, cols) = if fsdp {
                 (t.dim0.div_ceil(n), t.rest)
             } else {
@@ -375,7 +388,10 @@ fn pytorch_dp(s: &Scenario, name: &str, model: &Architecture) -> Result<Estimate
     let f = step::Fsdp2 {
         titan: par.wrap == crate::scenario::Wrap::Titan,
         reshard: par.zero >= 3,
-        emb: unit(&emb_t),
+        emb: step::Unit {
+            redistribute: emb_rows,
+            ..unit(&emb_t)
+        },
         head: unit(&head_t),
         dense: unit(&dense_t),
         moe: unit(&moe_t),
@@ -409,10 +425,23 @@ fn pytorch_dp(s: &Scenario, name: &str, model: &Architecture) -> Result<Estimate
     } else {
         base.add(Cat::Weights, held * p.weights.bytes());
         base.add(Cat::Master, p.master.map_or(0.0, |m| held * m.bytes()));
-        // DDP's gradient buckets: a persistent copy of every gradient
-        // (`gradient_as_bucket_view=False`).
-        base.add(Cat::Comm, held * p.grads.bytes());
-        notes.push(format!("DDP over {} ranks", par.dp));
+        if par.dp > 1 {
+            // DDP's gradient buckets: a persistent copy of every gradient
+            // (`gradient_as_bucket_view=False`).
+            base.add(Cat::Comm, held * p.grads.bytes());
+            notes.push(format!("DDP over {} ranks", par.dp));
+        }
+    }
+    if tp > 1 {
+        notes.push(format!(
+            "tensor parallel over {tp} ranks (DTensor, torchtitan's plan){}{}",
+            if par.sp { ", sequence parallel" } else { "" },
+            if par.loss_parallel {
+                ", loss on vocabulary-sharded logits (loss_parallel)"
+            } else {
+                ", logits all-gathered whole"
+            }
+        ));
     }
     base.add(Cat::Optimizer, optim);
     let ctx = Ctx::new(s, a, true);
@@ -425,7 +454,7 @@ fn pytorch_dp(s: &Scenario, name: &str, model: &Architecture) -> Result<Estimate
         Optimizer::Adafactor => largest_param(a) as f64 * p.optimizer.bytes() * 2.0,
         Optimizer::Adam8bit => largest_param(a) as f64 * 4.0 * 2.0,
         _ => 0.0,
-    };
+    } + if fsdp { 0.0 } else { emb_rows };
     let m = par.grad_accum;
     let (prog, grads_held) = if fsdp {
         let st = Stretches::new(&ctx, mode, tape::Grads::New);

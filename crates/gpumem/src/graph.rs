@@ -56,17 +56,54 @@ pub struct Ctx<'a> {
     pub recompute: Recompute,
     pub loss: Loss,
     pub finetune: &'a Finetune,
+    /// Tensor parallelism (DTensor, torchtitan's plan): the group's size, whether the
+    /// norms and residuals work on a slice of the sequence (sequence parallelism), and
+    /// whether the loss runs on vocabulary-sharded logits (`loss_parallel`).
+    pub tp: f64,
+    pub sp: bool,
+    pub lp: bool,
+    /// Tokens in the sequence-parallel regions (norms, residual stream): `t / tp` under
+    /// sequence parallelism, else `t`.
+    pub tsp: f64,
+}
+
+/// How tensor parallelism splits a linear layer (torchtitan's Llama plan on the Hugging
+/// Face module names).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TpRole {
+    /// Output features split: q/k/v, gate/up, the LM head.
+    Col,
+    /// Input features split, output partial sums: o_proj, down_proj.
+    Row,
+    /// Whole on every rank: routers, MLA's down-projections.
+    Rep,
+}
+
+fn tp_role(module: &str) -> TpRole {
+    match module {
+        "o_proj" | "down_proj" | "c_proj" => TpRole::Row,
+        "gate" | "q_a_proj" | "kv_a_proj_with_mqa" => TpRole::Rep,
+        _ => TpRole::Col,
+    }
 }
 
 impl<'a> Ctx<'a> {
     pub fn new(s: &'a Scenario, arch: &'a Architecture, train: bool) -> Self {
         let p = &s.precision;
         let (batch, seq) = (s.batch as f64, s.seq as f64);
+        let par = &s.parallel;
+        let tp = if train { par.tp.max(1) } else { 1 };
+        let sp = tp > 1 && par.sp;
+        let t = batch * seq;
         Ctx {
             arch,
             batch,
             seq,
-            t: batch * seq,
+            t,
+            tp: tp as f64,
+            sp,
+            lp: tp > 1 && par.loss_parallel,
+            tsp: if sp { t / tp as f64 } else { t },
             c: p.compute(),
             w: p.weights,
             g: p.grads,
@@ -240,15 +277,34 @@ impl<'c, 'a> Builder<'c, 'a> {
     }
 
     /// A linear layer `module` over `x` (`tokens` rows).
-    pub fn linear(&mut self, x: Tid, lin: Linear, module: &str, tokens: f64) -> Tid {
+    pub fn linear(&mut self, x: Tid, lin: Linear, module: &'static str, tokens: f64) -> Tid {
         self.linear_n(x, lin, module, tokens, 1.0)
     }
 
     /// A linear whose call stands for `copies` weight matrices of shape `lin` (a group of
     /// experts): activations are those of one `lin` over `tokens` rows, weights (copies,
     /// grads, dequantisation) those of all `copies`.
-    fn linear_n(&mut self, x: Tid, lin: Linear, module: &str, tokens: f64, copies: f64) -> Tid {
+    fn linear_n(
+        &mut self,
+        x: Tid,
+        lin: Linear,
+        module: &'static str,
+        tokens: f64,
+        copies: f64,
+    ) -> Tid {
         let ctx = self.ctx;
+        // Under tensor parallelism each rank holds a slice of the weight and computes a slice
+        // of the output (column-parallel) or a partial sum of all of it (row-parallel).
+        let lin = match (ctx.tp > 1.0, tp_role(module)) {
+            (false, _) | (_, TpRole::Rep) => lin,
+            (true, TpRole::Col) => {
+                Linear::new(lin.inp, (lin.out as f64 / ctx.tp).ceil() as u64, lin.bias)
+            }
+            (true, TpRole::Row) => Linear {
+                inp: (lin.inp as f64 / ctx.tp).ceil() as u64,
+                ..lin
+            },
+        };
         let (autocast, c) = if self.native {
             (false, ctx.w)
         } else {
@@ -311,6 +367,7 @@ impl<'c, 'a> Builder<'c, 'a> {
         }
         let y = self.op_spec(
             OpSpec {
+                name: module,
                 inputs: &inputs,
                 out_bytes: tokens * lin.out as f64 * c.bytes(),
                 saved: &saved,
@@ -363,9 +420,7 @@ impl<'c, 'a> Builder<'c, 'a> {
     }
 
     /// RMSNorm as Llama writes it: upcast, pow, mean, rsqrt, mul, downcast, weight mul.
-    fn rms_norm(&mut self, x: Tid, width: f64) -> Tid {
-        let ctx = self.ctx;
-        let t = ctx.t;
+    fn rms_norm(&mut self, x: Tid, width: f64, t: f64) -> Tid {
         let input = self.d(x);
         let f32 = DType::F32;
         let x32 = self.cast(x, t * width, f32);
@@ -374,18 +429,18 @@ impl<'c, 'a> Builder<'c, 'a> {
         let r = self.op_saving_output(&[var], t, f32, Cat::Activations);
         let n32 = self.mul(x32, r, t * width);
         let n = self.cast(n32, t * width, input);
-        self.weight_mul(n, width)
+        self.weight_mul(n, width, t)
     }
 
     /// `weight * x` of a norm: saves `x` for the weight's grad.
-    fn weight_mul(&mut self, n: Tid, width: f64) -> Tid {
+    fn weight_mul(&mut self, n: Tid, width: f64, t: f64) -> Tid {
         let trainable = self.ctx.base_trainable();
         let d = self.d(n);
         let saved: Vec<Tid> = if trainable { vec![n] } else { vec![] };
         self.op_spec(
             OpSpec {
                 inputs: &[n],
-                out_bytes: self.ctx.t * width * d.bytes(),
+                out_bytes: t * width * d.bytes(),
                 saved: &saved,
                 weights_rg: trainable,
                 param_grads: width * self.ctx.g.bytes(),
@@ -396,8 +451,7 @@ impl<'c, 'a> Builder<'c, 'a> {
     }
 
     /// `nn.LayerNorm` (one fused op): saves its input and per-row statistics.
-    fn layer_norm(&mut self, x: Tid, width: f64) -> Tid {
-        let t = self.ctx.t;
+    fn layer_norm(&mut self, x: Tid, width: f64, t: f64) -> Tid {
         let trainable = self.ctx.base_trainable();
         let d = self.d(x);
         // Under autocast layer_norm runs (and returns) fp32.
@@ -416,10 +470,85 @@ impl<'c, 'a> Builder<'c, 'a> {
         )
     }
 
-    fn norm(&mut self, x: Tid, width: f64) -> Tid {
+    /// The model's norm over `t` tokens of `width`.
+    fn norm(&mut self, x: Tid, width: f64, t: f64) -> Tid {
         match self.ctx.arch.family {
-            Family::Gpt2 => self.layer_norm(x, width),
-            _ => self.rms_norm(x, width),
+            Family::Gpt2 => self.layer_norm(x, width, t),
+            _ => self.rms_norm(x, width, t),
+        }
+    }
+
+    /// Into the tensor-parallel region: a column-parallel linear needs its input whole. Under
+    /// sequence parallelism the slices are all-gathered (DTensor lays the gathered chunks
+    /// out along the sequence: a second buffer of the whole); its backward reduce-scatters
+    /// the gradient (the chunks laid out again, the output, and a copy). Without it the
+    /// input is the same tensor, and its backward all-reduces the gradient (out of place).
+    fn enter_tp(&mut self, y: Tid, width: f64) -> Tid {
+        let ctx = self.ctx;
+        if ctx.tp <= 1.0 {
+            return y;
+        }
+        let d = self.d(y);
+        let whole = ctx.t * width * d.bytes();
+        if ctx.sp {
+            let slice = ctx.tsp * width * d.bytes();
+            self.op_spec(
+                OpSpec {
+                    name: "sequence-parallel all-gather",
+                    inputs: &[y],
+                    out_bytes: whole,
+                    cat: Cat::Comm,
+                    fwd_temp: whole,
+                    bwd_temp: whole + slice,
+                    ..OpSpec::default()
+                },
+                d,
+            )
+        } else {
+            let v = self.tape.split(y, &[whole]);
+            self.reg(v[0], d);
+            self.tape.set_bwd_temp_last(whole);
+            v[0]
+        }
+    }
+
+    /// Out of the tensor-parallel region: a row-parallel linear's partial sums are
+    /// reduce-scattered to the sequence slice (sequence parallelism: the chunks laid out
+    /// first, then the output and a copy of it) or all-reduced whole (out of place, with a
+    /// copy). The backward of the reduce-scatter all-gathers the gradient; that of the
+    /// all-reduce is nothing.
+    fn leave_tp(&mut self, o: Tid, width: f64) -> Tid {
+        let ctx = self.ctx;
+        if ctx.tp <= 1.0 {
+            return o;
+        }
+        let d = self.d(o);
+        let whole = ctx.t * width * d.bytes();
+        if ctx.sp {
+            let slice = ctx.tsp * width * d.bytes();
+            self.op_spec(
+                OpSpec {
+                    name: "sequence-parallel reduce-scatter",
+                    inputs: &[o],
+                    out_bytes: slice,
+                    fwd_temp: whole + slice,
+                    bwd_temp: whole,
+                    ..OpSpec::default()
+                },
+                d,
+            )
+        } else {
+            self.op_spec(
+                OpSpec {
+                    name: "tensor-parallel all-reduce",
+                    inputs: &[o],
+                    out_bytes: whole,
+                    fwd_temp: whole,
+                    passthrough: true,
+                    ..OpSpec::default()
+                },
+                d,
+            )
         }
     }
 
@@ -587,15 +716,23 @@ impl<'c, 'a> Builder<'c, 'a> {
         let a = ctx.arch;
         let t = ctx.t;
         let h = a.hidden as f64;
+        let tp = ctx.tp;
+        // Heads on this rank.
+        let (heads, kv_heads) = (
+            (a.heads as f64 / tp) as u64,
+            (a.kv_heads as f64 / tp) as u64,
+        );
         let lin = a.attention_linears();
-        let y = self.norm(x, h);
+        let y = self.norm(x, h, ctx.tsp);
+        let yf = self.enter_tp(y, h);
         if let Some(m) = &a.mla {
-            return (y, self.mla_attention(y, &lin, m.clone()));
+            let o = self.mla_attention(yf, &lin, m.clone());
+            return (y, self.leave_tp(o, h));
         }
         let o = match a.family {
             Family::Gpt2 => {
-                let qkv = self.linear(y, lin[0].1, lin[0].0, t);
-                let e = t * h * ctx.c.bytes();
+                let qkv = self.linear(yf, lin[0].1, lin[0].0, t);
+                let e = t * h / tp * ctx.c.bytes();
                 let parts = self.tape.split(qkv, &[e, e, e]);
                 for &p in &parts {
                     self.reg(p, ctx.c);
@@ -605,21 +742,22 @@ impl<'c, 'a> Builder<'c, 'a> {
                     parts[1],
                     parts[2],
                     Heads {
-                        heads: a.heads,
-                        kv_heads: a.heads,
+                        heads,
+                        kv_heads: heads,
                         dq: a.head_dim,
                         dv: a.head_dim,
                     },
                 );
                 let proj = self.linear(core, lin[1].1, lin[1].0, t);
-                self.dropout(proj, t * h, a.dropout.resid)
+                let proj = self.leave_tp(proj, h);
+                self.dropout(proj, ctx.tsp * h, a.dropout.resid)
             }
             _ => {
-                let q = self.linear(y, lin[0].1, lin[0].0, t);
-                let k = self.linear(y, lin[1].1, lin[1].0, t);
-                let v = self.linear(y, lin[2].1, lin[2].0, t);
-                let q = self.rope(q, t * a.q_dim() as f64);
-                let k = self.rope(k, t * a.kv_dim() as f64);
+                let q = self.linear(yf, lin[0].1, lin[0].0, t);
+                let k = self.linear(yf, lin[1].1, lin[1].0, t);
+                let v = self.linear(yf, lin[2].1, lin[2].0, t);
+                let q = self.rope(q, t * (heads * a.head_dim) as f64);
+                let k = self.rope(k, t * (kv_heads * a.head_dim) as f64);
                 if !ctx.train {
                     self.kv.push(k);
                     self.kv.push(v);
@@ -629,13 +767,14 @@ impl<'c, 'a> Builder<'c, 'a> {
                     k,
                     v,
                     Heads {
-                        heads: a.heads,
-                        kv_heads: a.kv_heads,
+                        heads,
+                        kv_heads,
                         dq: a.head_dim,
                         dv: a.head_dim,
                     },
                 );
-                self.linear(core, lin[3].1, lin[3].0, t)
+                let o = self.linear(core, lin[3].1, lin[3].0, t);
+                self.leave_tp(o, h)
             }
         };
         (y, o)
@@ -651,11 +790,11 @@ impl<'c, 'a> Builder<'c, 'a> {
         let ctx = self.ctx;
         let a = ctx.arch;
         let t = ctx.t;
-        let heads = a.heads as f64;
+        let heads = a.heads as f64 / ctx.tp;
         let mut i = 0;
         let q = if m.q_lora_rank.is_some() {
             let qa = self.linear(y, lin[0].1, lin[0].0, t);
-            let qn = self.rms_norm(qa, lin[0].1.out as f64);
+            let qn = self.rms_norm(qa, lin[0].1.out as f64, t);
             i = 2;
             self.linear(qn, lin[1].1, lin[1].0, t)
         } else {
@@ -663,7 +802,7 @@ impl<'c, 'a> Builder<'c, 'a> {
             self.linear(y, lin[0].1, lin[0].0, t)
         };
         let kva = self.linear(y, lin[i].1, lin[i].0, t);
-        let kvn = self.rms_norm(kva, m.kv_lora_rank as f64);
+        let kvn = self.rms_norm(kva, m.kv_lora_rank as f64, t);
         let kvb = self.linear(kvn, lin[i + 1].1, lin[i + 1].0, t);
         let dq = m.qk_nope_head_dim + m.qk_rope_head_dim;
         // q_rot/k_rot through RoPE, then cat into full query and key (new tensors).
@@ -690,11 +829,12 @@ impl<'c, 'a> Builder<'c, 'a> {
         self.linear(core, lin[i + 2].1, lin[i + 2].0, t)
     }
 
-    /// A dense MLP of width `i` over `y` (`tokens` rows).
+    /// A dense MLP of width `i` over `y` (`tokens` rows); under tensor parallelism the
+    /// intermediate is this rank's slice and the output a partial sum.
     fn mlp(&mut self, y: Tid, i: u64, tokens: f64) -> Tid {
         let a = self.ctx.arch;
         let lin = a.mlp_linears(i);
-        let ie = tokens * i as f64;
+        let ie = tokens * (i as f64 / self.ctx.tp).ceil();
         match a.family {
             Family::Gpt2 => {
                 let hdn = self.linear(y, lin[0].1, lin[0].0, tokens);
@@ -826,21 +966,22 @@ impl<'c, 'a> Builder<'c, 'a> {
     pub fn decoder_layer(&mut self, x: Tid, moe_layer: bool) -> Tid {
         let ctx = self.ctx;
         let a = ctx.arch;
-        let t = ctx.t;
         let h = a.hidden as f64;
         // The model's loop keeps the layer's input referenced until the layer returns.
         self.tape.hold(x);
         let (y, attn) = self.attention_block(x);
         self.tape.touch(&[y]);
-        let r1 = self.add(x, attn, t * h);
-        let y2 = self.norm(r1, h);
+        let r1 = self.add(x, attn, ctx.tsp * h);
+        let y2 = self.norm(r1, h, ctx.tsp);
+        let y2f = self.enter_tp(y2, h);
         let mlp = if moe_layer {
-            self.moe(y2)
+            self.moe(y2f)
         } else {
-            self.mlp(y2, a.intermediate, t)
+            self.mlp(y2f, a.intermediate, ctx.t)
         };
+        let mlp = self.leave_tp(mlp, h);
         self.tape.touch(&[y2]);
-        let out = self.add(r1, mlp, t * h);
+        let out = self.add(r1, mlp, ctx.tsp * h);
         self.tape.set_output(out);
         out
     }
@@ -859,6 +1000,9 @@ impl<'c, 'a> Builder<'c, 'a> {
         } else {
             emb_dtype(ctx)
         };
+        // A vocabulary-parallel embedding holds this rank's rows, but DTensor's embedding
+        // backward makes the gradient of the whole table (replicated); the rank's rows are
+        // cut out of it later (the optimizer step, or FSDP's reduce-scatter).
         let vh = (a.vocab * a.hidden) as f64 * ctx.g.bytes();
         // Tied: the head's grad was created first; the embedding's dense grad is summed
         // into it (a transient). Untied: it becomes the .grad.
@@ -895,6 +1039,8 @@ impl<'c, 'a> Builder<'c, 'a> {
         } else {
             e
         };
+        // A vocabulary-parallel embedding's output is a partial sum over the ranks.
+        let out = self.leave_tp(out, h);
         self.tape.set_output(out);
         out
     }
@@ -905,7 +1051,7 @@ impl<'c, 'a> Builder<'c, 'a> {
         let a = ctx.arch;
         let h = a.hidden as f64;
         let v = a.vocab as f64;
-        let y = self.norm(x, h);
+        let y = self.norm(x, h, ctx.t);
         let head = Linear::new(a.hidden, a.vocab, false);
         if !ctx.train {
             // generate(): logits of the last position only, then an fp32 copy.
@@ -969,11 +1115,34 @@ impl<'c, 'a> Builder<'c, 'a> {
     pub fn head_logits(&mut self, x: Tid) -> (Tid, DType) {
         let ctx = self.ctx;
         let a = ctx.arch;
-        let y = self.norm(x, a.hidden as f64);
+        let h = a.hidden as f64;
+        let y = self.norm(x, h, ctx.tsp);
         let out = match ctx.loss {
             Loss::Standard => {
-                let head = Linear::new(a.hidden, a.vocab, false);
-                self.head_linear(y, head, ctx.t)
+                let yf = self.enter_tp(y, h);
+                // Column-parallel: this rank's slice of the vocabulary.
+                let vl = (a.vocab as f64 / ctx.tp).ceil() as u64;
+                let local = self.head_linear(yf, Linear::new(a.hidden, vl, false), ctx.t);
+                if ctx.tp > 1.0 && !ctx.lp {
+                    // Without loss_parallel the logits are all-gathered whole on every rank:
+                    // the gathered chunks, their copy, then laid out along the vocabulary;
+                    // the backward takes this rank's slice of the gradient (a copy).
+                    let d = self.d(local);
+                    let whole = ctx.t * a.vocab as f64 * d.bytes();
+                    self.op_spec(
+                        OpSpec {
+                            name: "logits all-gather",
+                            inputs: &[local],
+                            out_bytes: whole,
+                            cat: Cat::Logits,
+                            fwd_temp: 2.0 * whole,
+                            ..OpSpec::default()
+                        },
+                        d,
+                    )
+                } else {
+                    local
+                }
             }
             Loss::Fused => y,
         };
@@ -990,6 +1159,34 @@ impl<'c, 'a> Builder<'c, 'a> {
         let v = a.vocab as f64;
         let t = ctx.t;
         match ctx.loss {
+            Loss::Standard if ctx.lp => {
+                // `loss_parallel()`: log-softmax over vocabulary-sharded logits. The fp32
+                // upcast lives until the model's forward returns; the shifted logits and
+                // their exponent exist one at a time beside it; the log-softmax is kept. Its
+                // backward makes the gradient of the log-softmax (zeros scattered), its
+                // exponent, and the gradient of the logits, all fp32.
+                self.tape.keep(x);
+                let vl = (v / ctx.tp).ceil();
+                let l32 = self.cast(x, t * vl, DType::F32);
+                self.tape.hold(l32);
+                let local = t * vl * 4.0;
+                let ls = self.op_spec(
+                    OpSpec {
+                        name: "loss-parallel log-softmax",
+                        inputs: &[l32],
+                        out_bytes: local,
+                        cat: Cat::Logits,
+                        fwd_temp: local,
+                        bwd_temp: local,
+                        ..OpSpec::default()
+                    },
+                    DType::F32,
+                );
+                self.tape.save_self(ls);
+                let loss = self.op(&[ls], 1.0, DType::F32, &[]);
+                self.tape.set_output(loss);
+                loss
+            }
             Loss::Standard => {
                 self.tape.keep(x);
                 let l32 = if self.d(x) == DType::F32 {

@@ -21,6 +21,9 @@ pub(crate) struct Stretches {
     /// The embedding output referenced by the model (`inputs_embeds`) through the forward,
     /// when the first layer does not save it anyway.
     pub embeds_hold: f64,
+    /// What the caller keeps of a micro-batch until it drops the model's output
+    /// (`out.logits`).
+    pub kept: Bytes,
 }
 
 impl tape::Mode {
@@ -48,7 +51,7 @@ impl Stretches {
         let layer = |moe: bool| -> Profile {
             let mut b = Builder::new(ctx);
             let x = b.input(
-                ctx.t * h,
+                ctx.tsp * h,
                 resid,
                 // From the second layer on the hidden state requires grad whenever anything is
                 // trained (LoRA adapters upstream); layer 0's frozen-embedding input is the
@@ -69,7 +72,7 @@ impl Stretches {
         };
         let moe = a.moe.as_ref().map(|_| layer(true));
         let mut hb = Builder::new(ctx);
-        let x = hb.input(ctx.t * h, resid, ctx.train);
+        let x = hb.input(ctx.tsp * h, resid, ctx.train);
         if !ctx.train {
             // generate(): the last position's logits.
             hb.head(x);
@@ -81,6 +84,7 @@ impl Stretches {
                 head,
                 loss: Profile::default(),
                 embeds_hold: ctx.t * h * if ctx.autocast { 4.0 } else { ctx.c.bytes() },
+                kept: Bytes::default(),
             };
         }
         let (logits, logits_dtype) = hb.head_logits(x);
@@ -106,9 +110,13 @@ impl Stretches {
             head,
             loss,
             embeds_hold: if input_freed {
-                ctx.t * h * if ctx.autocast { 4.0 } else { ctx.c.bytes() }
+                ctx.tsp * h * if ctx.autocast { 4.0 } else { ctx.c.bytes() }
             } else {
                 0.0
+            },
+            kept: match ctx.loss {
+                crate::scenario::Loss::Standard => Bytes::of(Cat::Logits, logits_bytes),
+                crate::scenario::Loss::Fused => Bytes::default(),
             },
         }
     }
@@ -212,9 +220,16 @@ fn micro_batch(a: &Architecture, st: &Stretches, p: &mut Program, points: bool) 
     p.then(st.emb.bwd.in_phase(Phase::BwdEmbedding));
 }
 
-/// Later micro-batches (2 to `micro_batches`) after the first: each composed the same way.
-fn later_micro_batches(p: &mut Program, one: Seg, micro_batches: u64) {
+/// Later micro-batches (2 to `micro_batches`) after the first: each composed the same way,
+/// the previous micro-batch's output dropped first (`kept`).
+fn later_micro_batches(p: &mut Program, one: Seg, kept: Bytes, micro_batches: u64) {
     if micro_batches > 1 {
+        let drop = Seg {
+            delta: Bytes::default().minus(kept),
+            peak: Bytes::default(),
+            at: one.at,
+        };
+        let one = drop.then(one);
         let mut s = one.repeat(micro_batches - 1);
         s.at.micro_batch = s.at.index + 1;
         s.at.micro_batches = micro_batches as u32;
@@ -241,7 +256,7 @@ pub(crate) fn replicated(
             points: Vec::new(),
         };
         micro_batch(a, l, &mut q, false);
-        later_micro_batches(&mut p, q.seg, micro_batches);
+        later_micro_batches(&mut p, q.seg, first.kept, micro_batches);
     }
     p.point("after backward");
     // Optimizer step: the grads and `out.logits` are still alive.
@@ -270,6 +285,10 @@ pub(crate) struct Unit {
     /// The sharded gradient it becomes (`.grad` of the sharded parameter, parameter dtype):
     /// the same buffer as `rs_out` when the dtypes agree.
     pub grad: f64,
+    /// A copy of gradients made before the reduce-scatter: DTensor redistributes a gradient
+    /// whose placement is not the parameter's (the tensor-parallel embedding's whole-table
+    /// gradient, cut to this rank's rows).
+    pub redistribute: f64,
 }
 
 /// FSDP2 (`fully_shard`) as torchtitan applies it.
@@ -321,9 +340,15 @@ fn reshard(g: f64, phase: Phase) -> Seg {
 fn reduce_scatter(u: &Unit, prev_rs: f64, ug: f64, accumulate: bool, phase: Phase) -> Seg {
     let at = w(phase, "FSDP reduce-scatter");
     let mut s = reshard(u.gathered, phase)
+        .then(Seg::alloc(
+            Cat::Temporaries,
+            u.redistribute,
+            w(phase, "DTensor redistribute"),
+        ))
         .then(Seg::free(Cat::Comm, prev_rs, at))
         .then(Seg::alloc(Cat::Comm, u.rs_in, at))
-        .then(Seg::free(Cat::Gradients, ug, at));
+        .then(Seg::free(Cat::Gradients, ug, at))
+        .then(Seg::free(Cat::Temporaries, u.redistribute, at));
     if accumulate {
         s = s.then(Seg::transient(Cat::Temporaries, u.rs_out, at));
     } else if u.rs_out == u.grad {
@@ -396,6 +421,7 @@ fn fsdp2_micro_batch(
         rs_in: f.emb.rs_in + f.head.rs_in,
         rs_out: f.emb.rs_out + f.head.rs_out,
         grad: f.emb.grad + f.head.grad,
+        redistribute: f.emb.redistribute + f.head.redistribute,
     };
     // Forward.
     if f.titan {
@@ -547,7 +573,7 @@ pub(crate) fn fsdp2(
             points: Vec::new(),
         };
         fsdp2_micro_batch(a, st, f, true, &mut later, false);
-        later_micro_batches(&mut p, later.seg, micro_batches);
+        later_micro_batches(&mut p, later.seg, st.kept, micro_batches);
     }
     p.point("after backward");
     p.then(Seg::transient(

@@ -380,6 +380,13 @@ impl Tape {
         views
     }
 
+    /// Temporaries the last op's backward allocates for itself.
+    pub fn set_bwd_temp_last(&mut self, b: f64) {
+        if let Some(op) = self.ops.last_mut() {
+            op.bwd_temp = b;
+        }
+    }
+
     /// Which storages some op saves.
     fn saved_storages(&self) -> Vec<bool> {
         let mut v = vec![false; self.storages.len()];
