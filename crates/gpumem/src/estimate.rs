@@ -295,8 +295,8 @@ fn estimate_pytorch_dp(s: &Scenario, name: &str, a: &Architecture) -> Option<Res
     let par = &s.parallel;
     if s.mode != Mode::Train
         || par.framework != Framework::Fsdp
-        || (par.dp < 2 && par.tp < 2)
-        || par.pp > 1
+        || (par.dp < 2 && par.tp < 2 && par.pp < 2)
+        || (par.pp > 1 && par.zero >= 2)
         || par.cp > 1
         || par.ep > 1
         || par.zero == 1
@@ -309,27 +309,165 @@ fn estimate_pytorch_dp(s: &Scenario, name: &str, a: &Architecture) -> Option<Res
     Some(pytorch_dp(s, name, a))
 }
 
+/// One GPU's step (the worst stage's, under pipeline parallelism): what stays through the
+/// step, and the step composed above it.
+struct RankStep {
+    base: Bytes,
+    prog: step::Program,
+    /// Gradients held after the backward (this rank's share).
+    grads: f64,
+    layers: u64,
+    in_flight: f64,
+}
+
+/// Decoder layers of each pipeline stage: an even split, the remainder on the last stage
+/// (as the Hugging Face and torch.distributed.pipelining examples split a model).
+pub(crate) fn stage_layers(layers: u64, stages: u64, r: u64) -> (u64, u64) {
+    let per = layers / stages;
+    let from = r * per;
+    let to = if r + 1 == stages { layers } else { from + per };
+    (from, to)
+}
+
 fn pytorch_dp(s: &Scenario, name: &str, model: &Architecture) -> Result<Estimate> {
-    use crate::params;
     let par = &s.parallel;
     let mut notes = Vec::new();
     // torchtitan's wrapping shards the embedding and the LM head as separate units: a tied
     // weight becomes two parameters (each with its gradient and optimizer states).
+    // A pipeline's last stage holds the LM head apart from the first stage's embedding: a
+    // tied weight is two copies there too.
     let untied;
-    let a = if par.zero >= 2 && par.wrap == crate::scenario::Wrap::Titan && model.tied_embeddings {
+    let titan_split = par.zero >= 2 && par.wrap == crate::scenario::Wrap::Titan;
+    let a = if (titan_split || par.pp > 1) && model.tied_embeddings {
         untied = Architecture {
             tied_embeddings: false,
             ..model.clone()
         };
-        notes.push("torchtitan's wrapping shards the embedding and the LM head separately: their tied weight becomes two parameters".into());
+        notes.push(if par.pp > 1 {
+            "the first stage holds the embedding and the last stage the LM head: their tied weight is a copy on each".into()
+        } else {
+            "torchtitan's wrapping shards the embedding and the LM head separately: their tied weight becomes two parameters".into()
+        });
         &untied
     } else {
         model
     };
+    let ctx = Ctx::new(s, a, true);
+    let mode = if s.recompute == Recompute::Full {
+        tape::Mode::Checkpointed
+    } else {
+        tape::Mode::Normal
+    };
+    let first = Stretches::new(&ctx, mode, tape::Grads::New);
+    let later = (par.grad_accum > 1).then(|| Stretches::new(&ctx, mode, tape::Grads::Accumulate));
+    let mut stages = Vec::new();
+    for r in 0..par.pp {
+        stages.push(rank_step(s, a, &ctx, &first, later.as_ref(), r, &mut notes));
+    }
+    let worst = (0..stages.len())
+        .max_by(|&i, &j| {
+            let (x, y) = (&stages[i], &stages[j]);
+            x.base
+                .plus(x.prog.seg.peak)
+                .total()
+                .total_cmp(&y.base.plus(y.prog.seg.peak).total())
+                .then(j.cmp(&i))
+        })
+        .unwrap_or(0);
+    let parts_of = |st: &RankStep| -> Vec<(&'static str, f64)> {
+        let peak = st.base.plus(st.prog.seg.peak);
+        Cat::ALL
+            .iter()
+            .filter(|c| peak.get(**c) > 0.0 || **c == Cat::Activations)
+            .map(|c| (c.key(), peak.get(*c).max(0.0)))
+            .collect()
+    };
+    let mut stage_list = Vec::new();
+    if par.pp > 1 {
+        for (r, st) in stages.iter().enumerate() {
+            let c = bounded_components(&parts_of(st))?;
+            stage_list.push(crate::layout::StageEstimate {
+                stage: r as u64,
+                layers: st.layers,
+                micro_batches_in_flight: st.in_flight,
+                peak_bytes: c.values().sum(),
+                components: c,
+            });
+        }
+    }
+    let st = &stages[worst];
+    let base = st.base;
+    let prog = &st.prog;
+    let components = bounded_components(&parts_of(st))?;
+    let peak_bytes: u64 = components.values().sum();
+    let reserve = reserve_for(peak_bytes);
+    let device = peak_bytes + reserve + CUDA_CONTEXT_BYTES;
+    let mut timeline: Vec<Point> = prog
+        .points
+        .iter()
+        .map(|(ph, b)| Point {
+            phase: (*ph).into(),
+            bytes: (base.total() + b.total()).round() as u64,
+        })
+        .collect();
+    timeline.push(Point {
+        phase: "end of step".into(),
+        bytes: base.total().round() as u64,
+    });
+    cap_timeline(&mut timeline, peak_bytes);
+    let pc = model.params();
+    let states = base.get(Cat::Weights) + base.get(Cat::Master) + base.get(Cat::Optimizer);
+    let mut phase = prog.seg.at.words();
+    if par.pp > 1 {
+        phase = format!("stage {} of {}: {phase}", worst + 1, par.pp);
+    }
+    Ok(Estimate {
+        model: name.to_string(),
+        params: pc.total,
+        trainable_params: pc.total,
+        active_params: pc.active,
+        peak_bytes,
+        peak_phase: phase,
+        components,
+        model_states_bytes: (states + st.grads).round() as u64,
+        weights_bytes: base.get(Cat::Weights).round() as u64,
+        master_weights_bytes: base.get(Cat::Master).round() as u64,
+        gradients_bytes: st.grads.round() as u64,
+        optimizer_states_bytes: base.get(Cat::Optimizer).round() as u64,
+        kv_cache_bytes: 0,
+        host_bytes: 0,
+        allocator_reserve_bytes: reserve,
+        cuda_context_bytes: CUDA_CONTEXT_BYTES,
+        device_bytes: device,
+        gpu: s.gpu_name.clone(),
+        capacity_bytes: s.capacity_bytes,
+        fits: device <= s.capacity_bytes,
+        headroom_bytes: headroom(s.capacity_bytes, device),
+        timeline,
+        stages: stage_list,
+        notes,
+    })
+}
+
+/// The step of one GPU of pipeline stage `r` (the whole model without pipelining).
+#[allow(clippy::too_many_arguments)]
+fn rank_step(
+    s: &Scenario,
+    a: &Architecture,
+    ctx: &Ctx<'_>,
+    first: &Stretches,
+    later: Option<&Stretches>,
+    r: u64,
+    notes: &mut Vec<String>,
+) -> RankStep {
+    use crate::params;
+    let par = &s.parallel;
     let p = &s.precision;
     let n = par.shard_ranks();
     let fsdp = par.zero >= 2 && par.dp > 1;
     let tp = par.tp;
+    let pp = par.pp;
+    let say = r == 0;
     // Compute dtype of the parameters (FSDP2's `param_dtype`) and their storage dtype (the
     // sharded parameter, which is the master copy under mixed precision).
     let cdt = p.weights;
@@ -340,7 +478,34 @@ fn pytorch_dp(s: &Scenario, name: &str, model: &Architecture) -> Result<Estimate
     } else {
         p.reduce
     };
-    let (dense_n, moe_n) = step::layer_counts(a);
+    // This stage's part of the model: one chunk, or `v` under the interleaved schedule
+    // (local chunk j is virtual stage j·pp + r).
+    let v = match par.schedule {
+        crate::scenario::Schedule::Interleaved(v) if pp > 1 => v,
+        _ => 1,
+    };
+    let first_moe = a.moe.as_ref().map_or(a.layers, |m| m.first_dense_layers);
+    let chunk_parts: Vec<step::Part> = (0..v)
+        .map(|j| {
+            let vs = j * pp + r;
+            let (from, to) = stage_layers(a.layers, pp * v, vs);
+            let dense_n = first_moe.clamp(from, to) - from;
+            step::Part {
+                first: vs == 0,
+                last: vs + 1 == pp * v,
+                dense: dense_n,
+                moe: (to - from) - dense_n,
+                hold_embeds: pp == 1,
+            }
+        })
+        .collect();
+    let part = step::Part {
+        first: chunk_parts.iter().any(|c| c.first),
+        last: chunk_parts.iter().any(|c| c.last),
+        dense: chunk_parts.iter().map(|c| c.dense).sum(),
+        moe: chunk_parts.iter().map(|c| c.moe).sum(),
+        hold_embeds: pp == 1,
+    };
     let emb_t = params::embedding(a);
     let head_t = params::head(a);
     let dense_t = params::layer(a, false);
@@ -358,17 +523,17 @@ fn pytorch_dp(s: &Scenario, name: &str, model: &Architecture) -> Result<Estimate
     };
     // Tensor parallelism: the embedding's gradient is made whole and cut to this rank's
     // rows (a copy) before it is reduced or stepped.
-    let emb_rows = if tp > 1 {
+    let emb_rows = if tp > 1 && part.first {
         (a.vocab as f64 / tp as f64).ceil() * a.hidden as f64 * cdt.bytes()
     } else {
         0.0
     };
     // Persistent states of this rank.
     let all: Vec<(u64, &[params::PTensor])> = vec![
-        (1, &emb_t),
-        (1, &head_t),
-        (dense_n, &dense_t),
-        (moe_n, &moe_t),
+        (u64::from(part.first), &emb_t),
+        (u64::from(part.last), &head_t),
+        (part.dense, &dense_t),
+        (part.moe, &moe_t),
     ];
     let mut held = 0.0;
     let mut optim = 0.0;
@@ -404,24 +569,26 @@ fn pytorch_dp(s: &Scenario, name: &str, model: &Architecture) -> Result<Estimate
         } else {
             base.add(Cat::Weights, held * pdt.bytes());
         }
-        notes.push(format!(
-            "FSDP2 (fully_shard) over {n} ranks, {} wrapping, {}{}",
-            if f.titan {
-                "torchtitan's"
-            } else {
-                "per-layer + root"
-            },
-            if f.reshard {
-                "resharded after forward"
-            } else {
-                "kept unsharded from forward to backward"
-            },
-            if n < par.dp {
-                format!(", replicated over {} groups (HSDP)", par.dp / n)
-            } else {
-                String::new()
-            }
-        ));
+        if say {
+            notes.push(format!(
+                "FSDP2 (fully_shard) over {n} ranks, {} wrapping, {}{}",
+                if f.titan {
+                    "torchtitan's"
+                } else {
+                    "per-layer + root"
+                },
+                if f.reshard {
+                    "resharded after forward"
+                } else {
+                    "kept unsharded from forward to backward"
+                },
+                if n < par.dp {
+                    format!(", replicated over {} groups (HSDP)", par.dp / n)
+                } else {
+                    String::new()
+                }
+            ));
+        }
     } else {
         base.add(Cat::Weights, held * p.weights.bytes());
         base.add(Cat::Master, p.master.map_or(0.0, |m| held * m.bytes()));
@@ -429,10 +596,12 @@ fn pytorch_dp(s: &Scenario, name: &str, model: &Architecture) -> Result<Estimate
             // DDP's gradient buckets: a persistent copy of every gradient
             // (`gradient_as_bucket_view=False`).
             base.add(Cat::Comm, held * p.grads.bytes());
-            notes.push(format!("DDP over {} ranks", par.dp));
+            if say {
+                notes.push(format!("DDP over {} ranks", par.dp));
+            }
         }
     }
-    if tp > 1 {
+    if tp > 1 && say {
         notes.push(format!(
             "tensor parallel over {tp} ranks (DTensor, torchtitan's plan){}{}",
             if par.sp { ", sequence parallel" } else { "" },
@@ -444,83 +613,87 @@ fn pytorch_dp(s: &Scenario, name: &str, model: &Architecture) -> Result<Estimate
         ));
     }
     base.add(Cat::Optimizer, optim);
-    let ctx = Ctx::new(s, a, true);
-    let mode = if s.recompute == Recompute::Full {
-        tape::Mode::Checkpointed
-    } else {
-        tape::Mode::Normal
-    };
     let opt_temp = match s.optimizer {
         Optimizer::Adafactor => largest_param(a) as f64 * p.optimizer.bytes() * 2.0,
         Optimizer::Adam8bit => largest_param(a) as f64 * 4.0 * 2.0,
         _ => 0.0,
     } + if fsdp { 0.0 } else { emb_rows };
     let m = par.grad_accum;
-    let (prog, grads_held) = if fsdp {
-        let st = Stretches::new(&ctx, mode, tape::Grads::New);
-        let grads =
-            f.emb.grad + f.head.grad + dense_n as f64 * f.dense.grad + moe_n as f64 * f.moe.grad;
-        (step::fsdp2(a, &st, &f, m, opt_temp), grads)
+    let h = a.hidden as f64;
+    if pp > 1 {
+        // torch.distributed.pipelining: one receive buffer per micro-batch for each chunk's
+        // input (not the first virtual stage) and one for its output's gradient (not the
+        // last), allocated once and kept.
+        let act = ctx.tsp * h * if ctx.autocast { 4.0 } else { ctx.c.bytes() };
+        let later = later.unwrap_or(first);
+        let schedule = match par.schedule {
+            crate::scenario::Schedule::GPipe => step::PipeSchedule::GPipe,
+            _ => step::PipeSchedule::OneFOneB,
+        };
+        let bufs: u64 = chunk_parts
+            .iter()
+            .map(|c| (u64::from(!c.first) + u64::from(!c.last)) * m)
+            .sum();
+        base.add(Cat::Comm, bufs as f64 * act);
+        if say {
+            notes.push(format!(
+                "pipeline of {pp} stages (torch.distributed.pipelining, {}), {m} micro-batches",
+                match par.schedule {
+                    crate::scenario::Schedule::GPipe => "GPipe".to_string(),
+                    crate::scenario::Schedule::Interleaved(v) =>
+                        format!("interleaved 1F1B, {v} chunks per stage"),
+                    _ => "1F1B".to_string(),
+                }
+            ));
+        }
+        let chunks: Vec<step::Chunk> = chunk_parts
+            .iter()
+            .map(|c| step::Chunk::new(first, later, c, act))
+            .collect();
+        let (prog, k) = if chunks.len() > 1 {
+            let v = chunks.len() as u64;
+            let per_round = (m / (m / pp).max(1)).max(1);
+            let warm = ((v - 1) * per_round + 2 * (pp - 1 - r)).min(m * v);
+            (
+                step::interleaved_stage(&chunks, pp, r, m, opt_temp),
+                (warm + 1).min(m * v) as f64 / v as f64,
+            )
+        } else {
+            let k = match schedule {
+                step::PipeSchedule::GPipe => m,
+                step::PipeSchedule::OneFOneB => (pp - r).min(m),
+            };
+            (
+                step::pipeline_stage(&chunks[0], schedule, pp - 1 - r, m, opt_temp),
+                k as f64,
+            )
+        };
+        return RankStep {
+            base,
+            prog,
+            grads: held * p.grads.bytes(),
+            layers: part.dense + part.moe,
+            in_flight: k,
+        };
+    }
+    let (prog, grads) = if fsdp {
+        let grads = f.emb.grad
+            + f.head.grad
+            + part.dense as f64 * f.dense.grad
+            + part.moe as f64 * f.moe.grad;
+        (step::fsdp2(a, first, &f, m, opt_temp), grads)
     } else {
-        let st = Stretches::new(&ctx, mode, tape::Grads::New);
         // Later micro-batches add into the gradients in place.
-        let later = (m > 1).then(|| Stretches::new(&ctx, mode, tape::Grads::Accumulate));
-        let prog = step::replicated(a, &st, later.as_ref(), m, opt_temp);
+        let prog = step::replicated(a, first, later, m, opt_temp);
         (prog, held * p.grads.bytes())
     };
-    let peak = base.plus(prog.seg.peak);
-    let mut parts: Vec<(&str, f64)> = Vec::new();
-    for c in Cat::ALL {
-        let v = peak.get(c).max(0.0);
-        if v > 0.0 || c == Cat::Activations {
-            parts.push((c.key(), v));
-        }
+    RankStep {
+        base,
+        prog,
+        grads,
+        layers: part.dense + part.moe,
+        in_flight: 1.0,
     }
-    let components = bounded_components(&parts)?;
-    let peak_bytes: u64 = components.values().sum();
-    let reserve = reserve_for(peak_bytes);
-    let device = peak_bytes + reserve + CUDA_CONTEXT_BYTES;
-    let mut timeline: Vec<Point> = prog
-        .points
-        .iter()
-        .map(|(ph, b)| Point {
-            phase: (*ph).into(),
-            bytes: (base.total() + b.total()).round() as u64,
-        })
-        .collect();
-    timeline.push(Point {
-        phase: "end of step".into(),
-        bytes: base.total().round() as u64,
-    });
-    cap_timeline(&mut timeline, peak_bytes);
-    let pc = model.params();
-    let states = base.get(Cat::Weights) + base.get(Cat::Master) + base.get(Cat::Optimizer);
-    Ok(Estimate {
-        model: name.to_string(),
-        params: pc.total,
-        trainable_params: pc.total,
-        active_params: pc.active,
-        peak_bytes,
-        peak_phase: prog.seg.at.words(),
-        components,
-        model_states_bytes: (states + grads_held).round() as u64,
-        weights_bytes: base.get(Cat::Weights).round() as u64,
-        master_weights_bytes: base.get(Cat::Master).round() as u64,
-        gradients_bytes: grads_held.round() as u64,
-        optimizer_states_bytes: base.get(Cat::Optimizer).round() as u64,
-        kv_cache_bytes: 0,
-        host_bytes: 0,
-        allocator_reserve_bytes: reserve,
-        cuda_context_bytes: CUDA_CONTEXT_BYTES,
-        device_bytes: device,
-        gpu: s.gpu_name.clone(),
-        capacity_bytes: s.capacity_bytes,
-        fits: device <= s.capacity_bytes,
-        headroom_bytes: headroom(s.capacity_bytes, device),
-        timeline,
-        stages: Vec::new(),
-        notes,
-    })
 }
 
 /// A model-parallel layout (or any Megatron-LM run): stage by stage, the worst reported.

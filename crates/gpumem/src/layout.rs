@@ -511,7 +511,7 @@ pub(crate) fn notes(s: &Scenario, a: &Architecture) -> Vec<String> {
                 "interleaved pipeline, {v} chunks per stage, {} micro-batches per step: stage 0 holds p·(1 + (p−1)/(p·v)) micro-batches' activations",
                 par.grad_accum
             ),
-            Schedule::OneFOneB => format!(
+            Schedule::OneFOneB | Schedule::GPipe => format!(
                 "1F1B pipeline, {} micro-batches per step: stage r holds min(p − r, m) micro-batches' activations",
                 par.grad_accum
             ),

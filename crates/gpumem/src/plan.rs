@@ -747,7 +747,7 @@ impl Sweep<'_> {
         };
         let v_stages = match par.schedule {
             Schedule::Interleaved(v) => v,
-            Schedule::OneFOneB => 1,
+            Schedule::OneFOneB | Schedule::GPipe => 1,
         };
         let mut p = json!({
             "dp": par.dp, "tp": par.tp, "pp": par.pp, "cp": par.cp, "ep": par.ep,
@@ -832,7 +832,7 @@ fn cost(
     let compute = flops / g / (spec.tflops * 1e12 * MFU) * recompute;
     let v = match par.schedule {
         Schedule::Interleaved(v) => v as f64,
-        Schedule::OneFOneB => 1.0,
+        Schedule::OneFOneB | Schedule::GPipe => 1.0,
     };
     let m = par.grad_accum as f64;
     let (t, p, c, ep, dp) = (

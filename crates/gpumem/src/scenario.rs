@@ -92,6 +92,8 @@ pub enum Wrap {
 pub enum Schedule {
     /// One forward, one backward (PipeDream-Flush / Megatron's default).
     OneFOneB,
+    /// All forwards, then all backwards (`ScheduleGPipe`).
+    GPipe,
     /// Megatron's interleaved schedule with this many model chunks per stage.
     Interleaved(u64),
 }
@@ -756,6 +758,7 @@ fn parse_parallel(v: &Value) -> Result<Parallel> {
     }
     p.schedule = match o.str_opt("schedule")? {
         None | Some("1f1b") => Schedule::OneFOneB,
+        Some("gpipe") => Schedule::GPipe,
         Some("interleaved") => {
             let v = o.u64_opt("virtual_stages")?.unwrap_or(2);
             if !(1..=1024).contains(&v) {
@@ -770,7 +773,7 @@ fn parse_parallel(v: &Value) -> Result<Parallel> {
             return Err(Error::new(
                 o.path("schedule"),
                 format!(
-                    "must be \"1f1b\" or \"interleaved\", got '{}'",
+                    "must be \"1f1b\", \"gpipe\" or \"interleaved\", got '{}'",
                     truncate(other, 20)
                 ),
             ))

@@ -171,35 +171,63 @@ impl Program {
     }
 }
 
-/// One micro-batch's forward and backward on a GPU that holds the whole model (a single
-/// GPU, or a DDP replica).
-fn micro_batch(a: &Architecture, st: &Stretches, p: &mut Program, points: bool) {
-    let (dense_n, moe_n) = layer_counts(a);
-    // Forward.
-    p.then(st.emb.fwd.in_phase(Phase::FwdEmbedding));
-    p.then(Seg::alloc(
-        Cat::Activations,
-        st.embeds_hold,
-        at(Phase::FwdEmbedding),
-    ));
-    if dense_n > 0 {
-        p.then(st.dense.fwd.repeat(dense_n).in_phase(Phase::FwdLayer));
+/// Which part of the model a GPU runs: all of it, or one pipeline stage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Part {
+    /// Holds the embedding (the first stage).
+    pub first: bool,
+    /// Holds the final norm, the LM head and the loss (the last stage).
+    pub last: bool,
+    pub dense: u64,
+    pub moe: u64,
+    /// The model keeps the embedding's output referenced through the forward
+    /// (`inputs_embeds` in a Hugging Face model's forward; a pipeline stage does not).
+    pub hold_embeds: bool,
+}
+
+impl Part {
+    pub(crate) fn whole(a: &Architecture) -> Part {
+        let (dense, moe) = layer_counts(a);
+        Part {
+            first: true,
+            last: true,
+            dense,
+            moe,
+            hold_embeds: true,
+        }
     }
-    if let Some(m) = &st.moe {
-        p.then(m.fwd.repeat(moe_n).in_phase(Phase::FwdMoeLayer));
+}
+
+/// One micro-batch's forward over `part`.
+fn forward(st: &Stretches, part: &Part, p: &mut Program, points: bool) {
+    let hold = if part.first && part.hold_embeds {
+        st.embeds_hold
+    } else {
+        0.0
+    };
+    if part.first {
+        p.then(st.emb.fwd.in_phase(Phase::FwdEmbedding));
+        p.then(Seg::alloc(Cat::Activations, hold, at(Phase::FwdEmbedding)));
+    }
+    if part.dense > 0 {
+        p.then(st.dense.fwd.repeat(part.dense).in_phase(Phase::FwdLayer));
+    }
+    if let (Some(m), true) = (&st.moe, part.moe > 0) {
+        p.then(m.fwd.repeat(part.moe).in_phase(Phase::FwdMoeLayer));
     }
     if points {
         p.point("forward: after the layers");
     }
-    p.then(st.head.fwd.in_phase(Phase::FwdHead));
-    p.then(st.loss.fwd.in_phase(Phase::FwdHead));
+    if part.last {
+        p.then(st.head.fwd.in_phase(Phase::FwdHead));
+        p.then(st.loss.fwd.in_phase(Phase::FwdHead));
+    }
     // Leaving the forward: inputs_embeds dropped; autocast's cache cleared.
-    p.then(Seg::free(
-        Cat::Activations,
-        st.embeds_hold,
-        at(Phase::FwdHead),
-    ));
-    let cached = st.cached(a);
+    p.then(Seg::free(Cat::Activations, hold, at(Phase::FwdHead)));
+    let cached = st.dense.fwd_cached.scale(part.dense as f64).plus(
+        st.moe
+            .map_or(Bytes::default(), |m| m.fwd_cached.scale(part.moe as f64)),
+    );
     p.then(Seg {
         delta: Bytes::default().minus(cached),
         peak: Bytes::default(),
@@ -208,16 +236,211 @@ fn micro_batch(a: &Architecture, st: &Stretches, p: &mut Program, points: bool) 
     if points {
         p.point("after forward");
     }
-    // Backward: loss and head, then layers top-down, then the embedding.
-    p.then(st.loss.bwd.in_phase(Phase::BwdHead));
-    p.then(st.head.bwd.in_phase(Phase::BwdHead));
-    if let Some(m) = &st.moe {
-        p.then(m.bwd.repeat(moe_n).in_phase(Phase::BwdMoeLayer));
+}
+
+/// One micro-batch's backward over `part`: loss and head, the layers top-down, the embedding.
+fn backward(st: &Stretches, part: &Part, p: &mut Program) {
+    if part.last {
+        p.then(st.loss.bwd.in_phase(Phase::BwdHead));
+        p.then(st.head.bwd.in_phase(Phase::BwdHead));
     }
-    if dense_n > 0 {
-        p.then(st.dense.bwd.repeat(dense_n).in_phase(Phase::BwdLayer));
+    if let (Some(m), true) = (&st.moe, part.moe > 0) {
+        p.then(m.bwd.repeat(part.moe).in_phase(Phase::BwdMoeLayer));
     }
-    p.then(st.emb.bwd.in_phase(Phase::BwdEmbedding));
+    if part.dense > 0 {
+        p.then(st.dense.bwd.repeat(part.dense).in_phase(Phase::BwdLayer));
+    }
+    if part.first {
+        p.then(st.emb.bwd.in_phase(Phase::BwdEmbedding));
+    }
+}
+
+/// One micro-batch's forward and backward on a GPU that holds the whole model (a single
+/// GPU, or a DDP replica).
+fn micro_batch(a: &Architecture, st: &Stretches, p: &mut Program, points: bool) {
+    let part = Part::whole(a);
+    forward(st, &part, p, points);
+    backward(st, &part, p);
+}
+
+/// The segment of a program fragment built by `f`.
+fn seg_of(f: impl FnOnce(&mut Program)) -> Seg {
+    let mut q = Program {
+        seg: Seg::default(),
+        points: Vec::new(),
+    };
+    f(&mut q);
+    q.seg
+}
+
+/// How micro-batches are ordered on a pipeline stage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PipeSchedule {
+    /// All forwards, then all backwards.
+    GPipe,
+    /// One forward, one backward after a warm-up (`Schedule1F1B`).
+    OneFOneB,
+}
+
+/// One model chunk of a pipeline stage, its forward and backward as segments: `b_new` the
+/// first backward (which makes the chunk's gradients), `b_acc` the later ones.
+pub(crate) struct Chunk {
+    f: Seg,
+    b_new: Seg,
+    b_acc: Seg,
+}
+
+impl Chunk {
+    /// The chunk `part` of a stage; `io` is the bytes of the tensor it receives and sends.
+    pub(crate) fn new(first: &Stretches, later: &Stretches, part: &Part, io: f64) -> Chunk {
+        let f = seg_of(|q| forward(first, part, q, false));
+        // A stage's output (the logits on the last stage) is dropped once its backward has
+        // run.
+        let dropped = if part.last {
+            first.kept
+        } else {
+            Bytes::of(Cat::Activations, io)
+        };
+        // The gradient of the stage's output arrives in a receive buffer that is kept
+        // (counted by the caller), not in a tensor the backward frees: give back what the
+        // replay frees. The gradient of the stage's input is sent upstream and stays alive
+        // until the next backward's send.
+        let recv = if part.last {
+            Bytes::default()
+        } else {
+            Bytes::of(Cat::Comm, io)
+        };
+        let sent = if part.first {
+            Bytes::default()
+        } else {
+            Bytes::of(Cat::Temporaries, io)
+        };
+        let moved = |d: Bytes, at: Where| Seg {
+            delta: d,
+            peak: Bytes::default(),
+            at,
+        };
+        let around = |s: Seg, after_first: bool| {
+            let gone = if after_first {
+                sent.plus(dropped)
+            } else {
+                dropped
+            };
+            moved(recv, s.at)
+                .then(s)
+                .then(moved(Bytes::default().minus(gone), s.at))
+        };
+        Chunk {
+            f,
+            b_new: around(seg_of(|q| backward(first, part, q)), false),
+            b_acc: around(seg_of(|q| backward(later, part, q)), true),
+        }
+    }
+}
+
+fn in_micro_batch(mut s: Seg, i: u64, m: u64) -> Seg {
+    s.at.micro_batch = i as u32;
+    s.at.micro_batches = m as u32;
+    s
+}
+
+/// A pipeline stage's step with one chunk: `m` micro-batches under `schedule`, the stage
+/// being `from_last` stages before the last (`k = min(from_last + 1, m)` micro-batches in
+/// flight under 1F1B), composed in closed form.
+pub(crate) fn pipeline_stage(
+    c: &Chunk,
+    schedule: PipeSchedule,
+    from_last: u64,
+    m: u64,
+    opt_temp: f64,
+) -> Program {
+    let mut p = Program::new();
+    let k = match schedule {
+        PipeSchedule::GPipe => m,
+        PipeSchedule::OneFOneB => (from_last + 1).min(m),
+    };
+    // Warm-up: k forwards.
+    let mut warm = c.f.repeat(k);
+    warm.at.micro_batch = warm.at.index;
+    warm.at.micro_batches = m as u32;
+    warm.at.index = c.f.at.index;
+    p.then(warm);
+    p.point("forward: micro-batches in flight");
+    // The first backward makes the gradients; every later one adds into them.
+    p.then(in_micro_batch(c.b_new, 1, m));
+    if m > k {
+        // Steady state: one forward, one backward (memory returns to where it was).
+        let pair = in_micro_batch(c.f, k + 1, m).then(in_micro_batch(c.b_acc, 2, m));
+        p.then(pair.repeat(m - k));
+    }
+    if k > 1 {
+        let mut cool = c.b_acc.repeat(k - 1);
+        cool.at.micro_batch = (m - k + 1 + cool.at.index as u64) as u32;
+        cool.at.micro_batches = m as u32;
+        cool.at.index = c.b_acc.at.index;
+        p.then(cool);
+    }
+    p.point("after backward");
+    p.then(Seg::transient(
+        Cat::Temporaries,
+        opt_temp,
+        at(Phase::OptimizerStep),
+    ));
+    p
+}
+
+/// Rank `r` of `pp` under torch's `ScheduleInterleaved1F1B`, holding `chunks` (local chunk
+/// `j` is virtual stage `j·pp + r`), op by op: warm-up forwards through the chunks a round
+/// of micro-batches at a time, then one forward and one backward, then the remaining
+/// backwards (`_get_warmup_ops` and `_get_1f1b_rank_ops` in torch.distributed.pipelining).
+pub(crate) fn interleaved_stage(
+    chunks: &[Chunk],
+    pp: u64,
+    r: u64,
+    m: u64,
+    opt_temp: f64,
+) -> Program {
+    let v = chunks.len() as u64;
+    let rounds = (m / pp).max(1);
+    let per_round = (m / rounds).max(1);
+    let warmup = ((v - 1) * per_round + 2 * (pp - 1 - r)).min(m * v);
+    let mut p = Program::new();
+    let mut started = vec![false; chunks.len()];
+    let (mut fwd_mb, mut bwd_mb) = (vec![0u64; chunks.len()], vec![0u64; chunks.len()]);
+    let fwd = |p: &mut Program, op: u64, fwd_mb: &mut Vec<u64>| {
+        let j = ((op / per_round) % v) as usize;
+        fwd_mb[j] += 1;
+        p.then(in_micro_batch(chunks[j].f, fwd_mb[j], m));
+    };
+    let bwd = |p: &mut Program, op: u64, started: &mut Vec<bool>, bwd_mb: &mut Vec<u64>| {
+        let j = (v - 1 - ((op - warmup) / per_round) % v) as usize;
+        bwd_mb[j] += 1;
+        let s = if started[j] {
+            chunks[j].b_acc
+        } else {
+            chunks[j].b_new
+        };
+        started[j] = true;
+        p.then(in_micro_batch(s, bwd_mb[j], m));
+    };
+    for op in 0..warmup {
+        fwd(&mut p, op, &mut fwd_mb);
+    }
+    p.point("forward: micro-batches in flight");
+    for op in warmup..m * v {
+        fwd(&mut p, op, &mut fwd_mb);
+        bwd(&mut p, op, &mut started, &mut bwd_mb);
+    }
+    for op in m * v..m * v + warmup {
+        bwd(&mut p, op, &mut started, &mut bwd_mb);
+    }
+    p.point("after backward");
+    p.then(Seg::transient(
+        Cat::Temporaries,
+        opt_temp,
+        at(Phase::OptimizerStep),
+    ));
+    p
 }
 
 /// Later micro-batches (2 to `micro_batches`) after the first: each composed the same way,
