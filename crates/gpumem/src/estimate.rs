@@ -296,7 +296,6 @@ fn estimate_pytorch_dp(s: &Scenario, name: &str, a: &Architecture) -> Option<Res
     if s.mode != Mode::Train
         || par.framework != Framework::Fsdp
         || (par.dp < 2 && par.tp < 2 && par.pp < 2)
-        || (par.pp > 1 && par.zero >= 2)
         || par.cp > 1
         || par.ep > 1
         || par.zero == 1
@@ -519,6 +518,7 @@ fn rank_step(
             rs_out: shard * rdt.bytes(),
             grad: shard * pdt.bytes(),
             redistribute: 0.0,
+            acc_ratio: rdt.bytes() / cdt.bytes(),
         }
     };
     // Tensor parallelism: the embedding's gradient is made whole and cut to this rank's
@@ -646,32 +646,48 @@ fn rank_step(
                 }
             ));
         }
+        let v = chunk_parts.len() as u64;
         let chunks: Vec<step::Chunk> = chunk_parts
             .iter()
             .map(|c| step::Chunk::new(first, later, c, act))
             .collect();
-        let (prog, k) = if chunks.len() > 1 {
-            let v = chunks.len() as u64;
-            let per_round = (m / (m / pp).max(1)).max(1);
-            let warm = ((v - 1) * per_round + 2 * (pp - 1 - r)).min(m * v);
-            (
-                step::interleaved_stage(&chunks, pp, r, m, opt_temp),
-                (warm + 1).min(m * v) as f64 / v as f64,
-            )
+        let fsdp_chunks: Vec<step::FsdpChunk<'_>> = if fsdp {
+            chunk_parts
+                .iter()
+                .map(|c| step::FsdpChunk {
+                    new: step::FsdpPart::new(first, first, &f, *c),
+                    acc: step::FsdpPart::new(later, first, &f, *c),
+                    io: act,
+                })
+                .collect()
         } else {
-            let k = match schedule {
-                step::PipeSchedule::GPipe => m,
-                step::PipeSchedule::OneFOneB => (pp - r).min(m),
-            };
-            (
-                step::pipeline_stage(&chunks[0], schedule, pp - 1 - r, m, opt_temp),
-                k as f64,
-            )
+            Vec::new()
+        };
+        let ops = step::pipe_ops(schedule, pp, r, m, v);
+        // Micro-batches of activations in flight at the first backward.
+        let before_first_b = ops
+            .iter()
+            .position(|o| matches!(o, step::PipeOp::B(_)))
+            .unwrap_or(ops.len());
+        let k = (before_first_b as f64 / v as f64).max(1.0);
+        let prog = if fsdp || v > 1 {
+            step::pipeline_loop(&chunks, &fsdp_chunks, &ops, m, opt_temp)
+        } else {
+            step::pipeline_stage(&chunks[0], schedule, pp - 1 - r, m, opt_temp)
+        };
+        let grads = if fsdp {
+            let u = |x: &step::Unit, n: u64| x.grad * n as f64;
+            u(&f.emb, u64::from(part.first))
+                + u(&f.head, u64::from(part.last))
+                + u(&f.dense, part.dense)
+                + u(&f.moe, part.moe)
+        } else {
+            held * p.grads.bytes()
         };
         return RankStep {
             base,
             prog,
-            grads: held * p.grads.bytes(),
+            grads,
             layers: part.dense + part.moe,
             in_flight: k,
         };

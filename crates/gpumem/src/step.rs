@@ -120,16 +120,6 @@ impl Stretches {
             },
         }
     }
-
-    /// Autocast's cached weight copies of all layers, released when the forward leaves
-    /// autocast.
-    fn cached(&self, a: &Architecture) -> Bytes {
-        let (dense_n, moe_n) = layer_counts(a);
-        self.dense.fwd_cached.scale(dense_n as f64).plus(
-            self.moe
-                .map_or(Bytes::default(), |m| m.fwd_cached.scale(moe_n as f64)),
-        )
-    }
 }
 
 /// (dense layers, MoE layers).
@@ -282,6 +272,42 @@ pub(crate) enum PipeSchedule {
     OneFOneB,
 }
 
+/// What a pipeline stage adds around a chunk's backward: the gradient of the chunk's
+/// output arrives in a receive buffer that is kept (counted by the caller), not in a tensor
+/// the backward frees, so what the replay frees is given back; the gradient of the chunk's
+/// input is sent upstream and stays alive until the next backward's send; the chunk's
+/// output (the logits on the last stage: `kept`) is dropped once its backward has run.
+fn around_backward(b: Seg, part: &Part, kept: Bytes, io: f64, after_first: bool) -> Seg {
+    let dropped = if part.last {
+        kept
+    } else {
+        Bytes::of(Cat::Activations, io)
+    };
+    let recv = if part.last {
+        Bytes::default()
+    } else {
+        Bytes::of(Cat::Comm, io)
+    };
+    let sent = if part.first {
+        Bytes::default()
+    } else {
+        Bytes::of(Cat::Temporaries, io)
+    };
+    let moved = |d: Bytes| Seg {
+        delta: d,
+        peak: Bytes::default(),
+        at: b.at,
+    };
+    let gone = if after_first {
+        sent.plus(dropped)
+    } else {
+        dropped
+    };
+    moved(recv)
+        .then(b)
+        .then(moved(Bytes::default().minus(gone)))
+}
+
 /// One model chunk of a pipeline stage, its forward and backward as segments: `b_new` the
 /// first backward (which makes the chunk's gradients), `b_acc` the later ones.
 pub(crate) struct Chunk {
@@ -294,42 +320,8 @@ impl Chunk {
     /// The chunk `part` of a stage; `io` is the bytes of the tensor it receives and sends.
     pub(crate) fn new(first: &Stretches, later: &Stretches, part: &Part, io: f64) -> Chunk {
         let f = seg_of(|q| forward(first, part, q, false));
-        // A stage's output (the logits on the last stage) is dropped once its backward has
-        // run.
-        let dropped = if part.last {
-            first.kept
-        } else {
-            Bytes::of(Cat::Activations, io)
-        };
-        // The gradient of the stage's output arrives in a receive buffer that is kept
-        // (counted by the caller), not in a tensor the backward frees: give back what the
-        // replay frees. The gradient of the stage's input is sent upstream and stays alive
-        // until the next backward's send.
-        let recv = if part.last {
-            Bytes::default()
-        } else {
-            Bytes::of(Cat::Comm, io)
-        };
-        let sent = if part.first {
-            Bytes::default()
-        } else {
-            Bytes::of(Cat::Temporaries, io)
-        };
-        let moved = |d: Bytes, at: Where| Seg {
-            delta: d,
-            peak: Bytes::default(),
-            at,
-        };
-        let around = |s: Seg, after_first: bool| {
-            let gone = if after_first {
-                sent.plus(dropped)
-            } else {
-                dropped
-            };
-            moved(recv, s.at)
-                .then(s)
-                .then(moved(Bytes::default().minus(gone), s.at))
-        };
+        let around =
+            |b: Seg, after_first: bool| around_backward(b, part, first.kept, io, after_first);
         Chunk {
             f,
             b_new: around(seg_of(|q| backward(first, part, q)), false),
@@ -389,50 +381,118 @@ pub(crate) fn pipeline_stage(
     p
 }
 
-/// Rank `r` of `pp` under torch's `ScheduleInterleaved1F1B`, holding `chunks` (local chunk
-/// `j` is virtual stage `j·pp + r`), op by op: warm-up forwards through the chunks a round
-/// of micro-batches at a time, then one forward and one backward, then the remaining
-/// backwards (`_get_warmup_ops` and `_get_1f1b_rank_ops` in torch.distributed.pipelining).
-pub(crate) fn interleaved_stage(
-    chunks: &[Chunk],
-    pp: u64,
-    r: u64,
-    m: u64,
-    opt_temp: f64,
-) -> Program {
-    let v = chunks.len() as u64;
+/// One op of a pipeline rank: the forward or the backward of local chunk `c` for the
+/// next micro-batch of that chunk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PipeOp {
+    F(usize),
+    B(usize),
+}
+
+/// The ops rank `r` of `pp` runs for `m` micro-batches over `v` local chunks, in the order
+/// torch.distributed.pipelining runs them: `ScheduleGPipe`, `Schedule1F1B`, or (v > 1)
+/// `ScheduleInterleaved1F1B` (`_get_warmup_ops` and `_get_1f1b_rank_ops`: warm-up forwards
+/// through the chunks a round of micro-batches at a time, then one forward and one
+/// backward, then the remaining backwards; local chunk j is virtual stage j·pp + r).
+pub(crate) fn pipe_ops(schedule: PipeSchedule, pp: u64, r: u64, m: u64, v: u64) -> Vec<PipeOp> {
+    let mut ops = Vec::with_capacity((2 * m * v) as usize);
+    if v == 1 {
+        let k = match schedule {
+            PipeSchedule::GPipe => m,
+            PipeSchedule::OneFOneB => (pp - r).min(m),
+        };
+        // k warm-up forwards, then the first backward, one forward and one backward at a
+        // time, and the remaining backwards.
+        ops.extend((0..k).map(|_| PipeOp::F(0)));
+        ops.push(PipeOp::B(0));
+        for _ in k..m {
+            ops.push(PipeOp::F(0));
+            ops.push(PipeOp::B(0));
+        }
+        ops.extend((1..k).map(|_| PipeOp::B(0)));
+        return ops;
+    }
     let rounds = (m / pp).max(1);
     let per_round = (m / rounds).max(1);
     let warmup = ((v - 1) * per_round + 2 * (pp - 1 - r)).min(m * v);
-    let mut p = Program::new();
-    let mut started = vec![false; chunks.len()];
-    let (mut fwd_mb, mut bwd_mb) = (vec![0u64; chunks.len()], vec![0u64; chunks.len()]);
-    let fwd = |p: &mut Program, op: u64, fwd_mb: &mut Vec<u64>| {
-        let j = ((op / per_round) % v) as usize;
-        fwd_mb[j] += 1;
-        p.then(in_micro_batch(chunks[j].f, fwd_mb[j], m));
-    };
-    let bwd = |p: &mut Program, op: u64, started: &mut Vec<bool>, bwd_mb: &mut Vec<u64>| {
-        let j = (v - 1 - ((op - warmup) / per_round) % v) as usize;
-        bwd_mb[j] += 1;
-        let s = if started[j] {
-            chunks[j].b_acc
-        } else {
-            chunks[j].b_new
-        };
-        started[j] = true;
-        p.then(in_micro_batch(s, bwd_mb[j], m));
-    };
+    let fwd = |op: u64| PipeOp::F(((op / per_round) % v) as usize);
+    let bwd = |op: u64| PipeOp::B((v - 1 - ((op - warmup) / per_round) % v) as usize);
     for op in 0..warmup {
-        fwd(&mut p, op, &mut fwd_mb);
+        ops.push(fwd(op));
     }
-    p.point("forward: micro-batches in flight");
     for op in warmup..m * v {
-        fwd(&mut p, op, &mut fwd_mb);
-        bwd(&mut p, op, &mut started, &mut bwd_mb);
+        ops.push(fwd(op));
+        ops.push(bwd(op));
     }
     for op in m * v..m * v + warmup {
-        bwd(&mut p, op, &mut started, &mut bwd_mb);
+        ops.push(bwd(op));
+    }
+    ops
+}
+
+/// A chunk under FSDP2 in a pipeline: its units over the stretches replayed with new and
+/// with accumulated gradients.
+pub(crate) struct FsdpChunk<'a> {
+    pub new: FsdpPart<'a>,
+    pub acc: FsdpPart<'a>,
+    pub io: f64,
+}
+
+/// A pipeline rank's step op by op: plain chunks (`chunks`) or, under FSDP2, `fsdp` chunks
+/// whose units are gathered, kept and reduced as torch's schedules ask FSDP to (gradients
+/// reduce-scattered and units resharded after backward only on each chunk's last
+/// micro-batch).
+pub(crate) fn pipeline_loop(
+    chunks: &[Chunk],
+    fsdp: &[FsdpChunk<'_>],
+    ops: &[PipeOp],
+    m: u64,
+    opt_temp: f64,
+) -> Program {
+    let n = chunks.len().max(fsdp.len());
+    let mut p = Program::new();
+    let mut started = vec![false; n];
+    let (mut fwd_mb, mut bwd_mb) = (vec![0u64; n], vec![0u64; n]);
+    let mut state = vec![FsdpState::SHARDED; n];
+    let mut warm = true;
+    for op in ops {
+        match *op {
+            PipeOp::F(c) => {
+                fwd_mb[c] += 1;
+                let s = if let Some(fc) = fsdp.get(c) {
+                    let mut out = state[c];
+                    let seg = seg_of(|q| out = fc.new.forward(state[c], q, false));
+                    state[c] = out;
+                    seg
+                } else {
+                    chunks[c].f
+                };
+                p.then(in_micro_batch(s, fwd_mb[c], m));
+            }
+            PipeOp::B(c) => {
+                if warm {
+                    p.point("forward: micro-batches in flight");
+                    warm = false;
+                }
+                bwd_mb[c] += 1;
+                let after_first = started[c];
+                started[c] = true;
+                let s = if let Some(fc) = fsdp.get(c) {
+                    let part = fc.new.part;
+                    let sync = bwd_mb[c] == m;
+                    let st = if after_first { &fc.acc } else { &fc.new };
+                    let mut out = state[c];
+                    let b = seg_of(|q| out = st.backward(state[c], sync, false, after_first, q));
+                    state[c] = out;
+                    around_backward(b, &part, fc.new.st.kept, fc.io, after_first)
+                } else if after_first {
+                    chunks[c].b_acc
+                } else {
+                    chunks[c].b_new
+                };
+                p.then(in_micro_batch(s, bwd_mb[c], m));
+            }
+        }
     }
     p.point("after backward");
     p.then(Seg::transient(
@@ -512,6 +572,10 @@ pub(crate) struct Unit {
     /// whose placement is not the parameter's (the tensor-parallel embedding's whole-table
     /// gradient, cut to this rank's rows).
     pub redistribute: f64,
+    /// Bytes per byte of unsharded gradient that FSDP2 accumulates in when it does not
+    /// reduce after a backward: `reduce_dtype` over `param_dtype` (2 under bf16/fp32 mixed
+    /// precision, 1 otherwise).
+    pub acc_ratio: f64,
 }
 
 /// FSDP2 (`fully_shard`) as torchtitan applies it.
@@ -590,6 +654,8 @@ struct LayerRun<'a> {
     n: u64,
     p: &'a Profile,
     unit: Unit,
+    /// Unsharded gradient bytes one layer's backward makes.
+    ug: f64,
     fwd: Phase,
     bwd: Phase,
 }
@@ -600,183 +666,314 @@ fn shifted(mut s: Seg, k: u64) -> Seg {
     s
 }
 
-/// One micro-batch under FSDP2. `accumulate`: the sharded gradients exist already (a later
-/// micro-batch of gradient accumulation).
-fn fsdp2_micro_batch(
-    a: &Architecture,
-    st: &Stretches,
-    f: &Fsdp2,
-    accumulate: bool,
-    p: &mut Program,
-    points: bool,
-) {
-    let (dense_n, moe_n) = layer_counts(a);
-    let runs: Vec<LayerRun<'_>> = [
-        (
-            dense_n,
-            &st.dense,
-            f.dense,
-            Phase::FwdLayer,
-            Phase::BwdLayer,
-        ),
-        (
-            moe_n,
-            st.moe.as_ref().unwrap_or(&st.dense),
-            f.moe,
-            Phase::FwdMoeLayer,
-            Phase::BwdMoeLayer,
-        ),
-    ]
-    .into_iter()
-    .filter(|r| r.0 > 0)
-    .map(|(n, p, unit, fwd, bwd)| LayerRun {
-        n,
-        p,
-        unit,
-        fwd,
-        bwd,
-    })
-    .collect();
-    let ug = |pr: &Profile| pr.bwd.delta.get(Cat::Gradients).max(0.0);
-    // The root (layers wrap) gathers the embedding and the head together, once.
-    let root = Unit {
-        gathered: f.emb.gathered + f.head.gathered,
-        rs_in: f.emb.rs_in + f.head.rs_in,
-        rs_out: f.emb.rs_out + f.head.rs_out,
-        grad: f.emb.grad + f.head.grad,
-        redistribute: f.emb.redistribute + f.head.redistribute,
+/// Where FSDP2's units stand between passes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FsdpState {
+    /// The layer units (and torchtitan's embedding unit) are gathered.
+    pub units: bool,
+    /// The root (or torchtitan's [norm, LM head] unit) is gathered.
+    pub root: bool,
+}
+
+impl FsdpState {
+    pub(crate) const SHARDED: FsdpState = FsdpState {
+        units: false,
+        root: false,
     };
-    // Forward.
-    if f.titan {
-        p.then(gather_now(f.emb.gathered, Phase::FwdEmbedding));
-    } else {
-        p.then(gather_now(root.gathered, Phase::FwdEmbedding));
-    }
-    p.then(st.emb.fwd.in_phase(Phase::FwdEmbedding));
-    if f.titan && f.reshard {
-        p.then(reshard(f.emb.gathered, Phase::FwdEmbedding));
-    }
-    p.then(Seg::alloc(
-        Cat::Activations,
-        st.embeds_hold,
-        at(Phase::FwdEmbedding),
-    ));
-    for r in &runs {
-        let mut one = gather_now(r.unit.gathered, r.fwd).then(r.p.fwd.in_phase(r.fwd));
-        if f.reshard {
-            one = one.then(reshard(r.unit.gathered, r.fwd));
+}
+
+/// FSDP2 over one GPU's part of the model: the units and the stretches they wrap.
+pub(crate) struct FsdpPart<'a> {
+    st: &'a Stretches,
+    f: &'a Fsdp2,
+    part: Part,
+    runs: Vec<LayerRun<'a>>,
+    /// The root unit of the layers wrap: the embedding (first stage) and the head (last).
+    root: Unit,
+    /// Unsharded gradient bytes of the embedding and of the head and loss stretches.
+    ug_emb: f64,
+    ug_head: f64,
+}
+
+impl<'a> FsdpPart<'a> {
+    /// `grads`: the stretches as replayed with new gradients (whose unsharded gradient
+    /// bytes the reduce-scatters free).
+    pub(crate) fn new(st: &'a Stretches, grads: &Stretches, f: &'a Fsdp2, part: Part) -> Self {
+        let ug = |pr: &Profile| pr.bwd.delta.get(Cat::Gradients).max(0.0);
+        let runs = [
+            (
+                part.dense,
+                &st.dense,
+                ug(&grads.dense),
+                f.dense,
+                Phase::FwdLayer,
+                Phase::BwdLayer,
+            ),
+            (
+                part.moe,
+                st.moe.as_ref().unwrap_or(&st.dense),
+                grads.moe.as_ref().map_or(0.0, ug),
+                f.moe,
+                Phase::FwdMoeLayer,
+                Phase::BwdMoeLayer,
+            ),
+        ]
+        .into_iter()
+        .filter(|r| r.0 > 0)
+        .map(|(n, p, ug, unit, fwd, bwd)| LayerRun {
+            n,
+            p,
+            unit,
+            ug,
+            fwd,
+            bwd,
+        })
+        .collect();
+        let pick = |on: bool, u: Unit| if on { u } else { Unit::default() };
+        let (e, h) = (pick(part.first, f.emb), pick(part.last, f.head));
+        FsdpPart {
+            st,
+            f,
+            part,
+            runs,
+            root: Unit {
+                gathered: e.gathered + h.gathered,
+                rs_in: e.rs_in + h.rs_in,
+                rs_out: e.rs_out + h.rs_out,
+                grad: e.grad + h.grad,
+                redistribute: e.redistribute + h.redistribute,
+                acc_ratio: e.acc_ratio.max(h.acc_ratio),
+            },
+            ug_emb: if part.first { ug(&grads.emb) } else { 0.0 },
+            ug_head: if part.last {
+                ug(&grads.head) + ug(&grads.loss)
+            } else {
+                0.0
+            },
         }
-        p.then(one.repeat(r.n).in_phase(r.fwd));
     }
-    if points {
-        p.point("forward: after the layers");
-    }
-    if f.titan {
-        p.then(gather_now(f.head.gathered, Phase::FwdHead));
-    }
-    p.then(st.head.fwd.in_phase(Phase::FwdHead));
-    p.then(st.loss.fwd.in_phase(Phase::FwdHead));
-    p.then(Seg::free(
-        Cat::Activations,
-        st.embeds_hold,
-        at(Phase::FwdHead),
-    ));
-    let cached = st.cached(a);
-    p.then(Seg {
-        delta: Bytes::default().minus(cached),
-        peak: Bytes::default(),
-        at: at(Phase::FwdHead),
-    });
-    if points {
-        p.point("after forward");
-    }
-    // Backward, top down. What each layer prefetches is the next unit in backward order.
-    let top = runs.last().map_or(0.0, |r| r.unit.gathered);
-    let prefetch = |g: f64, phase| {
-        if f.reshard {
-            Seg::alloc(Cat::Comm, g, w(phase, "FSDP prefetch all-gather"))
+
+    /// One micro-batch's forward from state `s`; returns the state after it.
+    pub(crate) fn forward(&self, s: FsdpState, p: &mut Program, points: bool) -> FsdpState {
+        let (st, f, part) = (self.st, self.f, &self.part);
+        if !f.titan && !s.root {
+            p.then(gather_now(self.root.gathered, Phase::FwdEmbedding));
+        }
+        let hold = if part.first && part.hold_embeds {
+            st.embeds_hold
         } else {
-            Seg::default()
-        }
-    };
-    let mut prev_rs = 0.0;
-    if f.titan {
-        p.then(st.loss.bwd.in_phase(Phase::BwdHead));
-        p.then(prefetch(top, Phase::BwdHead));
-        p.then(st.head.bwd.in_phase(Phase::BwdHead));
-        p.then(reduce_scatter(
-            &f.head,
-            0.0,
-            ug(&st.head) + ug(&st.loss),
-            accumulate,
-            Phase::BwdHead,
-        ));
-        prev_rs = f.head.rs_in;
-    } else {
-        // The root's pre-backward (the loss is computed inside the root's forward).
-        p.then(prefetch(top, Phase::BwdHead));
-        p.then(st.loss.bwd.in_phase(Phase::BwdHead));
-        p.then(st.head.bwd.in_phase(Phase::BwdHead));
-    }
-    let bwd_order: Vec<&LayerRun<'_>> = runs.iter().rev().collect();
-    for (k, r) in bwd_order.iter().enumerate() {
-        let next_g = match bwd_order.get(k + 1) {
-            Some(n) => n.unit.gathered,
-            // Layer 0 prefetches the embedding's unit (torchtitan's wrapping); under the root
-            // wrap the embedding is gathered already.
-            None if f.titan => f.emb.gathered,
-            None => 0.0,
+            0.0
         };
-        let layer = |prev: f64, next: f64| -> Seg {
-            let mut s = if f.reshard {
-                copy_out(r.unit.gathered, r.bwd)
+        if part.first {
+            if f.titan && !s.units {
+                p.then(gather_now(f.emb.gathered, Phase::FwdEmbedding));
+            }
+            p.then(st.emb.fwd.in_phase(Phase::FwdEmbedding));
+            if f.titan && f.reshard {
+                p.then(reshard(f.emb.gathered, Phase::FwdEmbedding));
+            }
+            p.then(Seg::alloc(Cat::Activations, hold, at(Phase::FwdEmbedding)));
+        }
+        for r in &self.runs {
+            let mut one = if s.units {
+                Seg::default()
+            } else {
+                gather_now(r.unit.gathered, r.fwd)
+            };
+            one = one.then(r.p.fwd.in_phase(r.fwd));
+            if f.reshard {
+                one = one.then(reshard(r.unit.gathered, r.fwd));
+            }
+            p.then(one.repeat(r.n).in_phase(r.fwd));
+        }
+        if points {
+            p.point("forward: after the layers");
+        }
+        if part.last {
+            if f.titan && !s.root {
+                p.then(gather_now(f.head.gathered, Phase::FwdHead));
+            }
+            p.then(st.head.fwd.in_phase(Phase::FwdHead));
+            p.then(st.loss.fwd.in_phase(Phase::FwdHead));
+        }
+        p.then(Seg::free(Cat::Activations, hold, at(Phase::FwdHead)));
+        let cached = st.dense.fwd_cached.scale(part.dense as f64).plus(
+            st.moe
+                .map_or(Bytes::default(), |m| m.fwd_cached.scale(part.moe as f64)),
+        );
+        p.then(Seg {
+            delta: Bytes::default().minus(cached),
+            peak: Bytes::default(),
+            at: at(Phase::FwdHead),
+        });
+        if points {
+            p.point("after forward");
+        }
+        FsdpState {
+            units: !f.reshard,
+            root: true,
+        }
+    }
+
+    /// One micro-batch's backward from state `s`. `sync`: it reduce-scatters the gradients
+    /// and reshards each unit after its backward (otherwise both wait for a later
+    /// micro-batch, as pipelining asks FSDP to); `accumulate`: the sharded gradients exist
+    /// already. Returns the state after it.
+    /// `held`: earlier backwards left their unsharded gradients accumulated (in
+    /// `reduce_dtype`).
+    pub(crate) fn backward(
+        &self,
+        s: FsdpState,
+        sync: bool,
+        accumulate: bool,
+        held: bool,
+        p: &mut Program,
+    ) -> FsdpState {
+        // The unsharded gradients a reduce-scatter frees, and what a backward that does not
+        // reduce does with them: the first converts them to `reduce_dtype` and keeps them;
+        // later ones add into those (their own are transient).
+        let freed = |u: &Unit, ug: f64| if held { ug * u.acc_ratio } else { ug };
+        let keep = |u: &Unit, ug: f64, phase| -> Seg {
+            if held || u.acc_ratio == 1.0 {
+                Seg::default()
+            } else {
+                let at = w(phase, "FSDP gradient accumulation");
+                Seg::alloc(Cat::Gradients, ug * u.acc_ratio, at).then(Seg::free(
+                    Cat::Gradients,
+                    ug,
+                    at,
+                ))
+            }
+        };
+        let (st, f, part) = (self.st, self.f, &self.part);
+        let sharded = !s.units;
+        let prefetch = |g: f64, phase| {
+            if sharded {
+                Seg::alloc(Cat::Comm, g, w(phase, "FSDP prefetch all-gather"))
             } else {
                 Seg::default()
+            }
+        };
+        let top = self.runs.last().map_or(0.0, |r| r.unit.gathered);
+        let mut prev_rs = 0.0;
+        if part.last {
+            if f.titan {
+                p.then(st.loss.bwd.in_phase(Phase::BwdHead));
+                p.then(prefetch(top, Phase::BwdHead));
+                p.then(st.head.bwd.in_phase(Phase::BwdHead));
+                if sync {
+                    p.then(reduce_scatter(
+                        &f.head,
+                        0.0,
+                        freed(&f.head, self.ug_head),
+                        accumulate,
+                        Phase::BwdHead,
+                    ));
+                    prev_rs = f.head.rs_in;
+                } else {
+                    p.then(keep(&f.head, self.ug_head, Phase::BwdHead));
+                }
+            } else {
+                // The root's pre-backward (the loss is computed inside the root's forward).
+                p.then(prefetch(top, Phase::BwdHead));
+                p.then(st.loss.bwd.in_phase(Phase::BwdHead));
+                p.then(st.head.bwd.in_phase(Phase::BwdHead));
+            }
+        } else if !f.titan || true {
+            // A stage without the head: the root's pre-backward prefetches the top layer.
+            p.then(prefetch(top, Phase::BwdLayer));
+        }
+        let order: Vec<&LayerRun<'_>> = self.runs.iter().rev().collect();
+        for (k, r) in order.iter().enumerate() {
+            let next_g = match order.get(k + 1) {
+                Some(n) => n.unit.gathered,
+                // Layer 0 prefetches the embedding's unit (torchtitan's wrapping); under the
+                // root wrap the embedding is gathered already.
+                None if f.titan && part.first => f.emb.gathered,
+                None => 0.0,
             };
-            s = s
-                .then(prefetch(next, r.bwd))
-                .then(r.p.bwd.in_phase(r.bwd))
-                .then(reduce_scatter(&r.unit, prev, ug(r.p), accumulate, r.bwd));
-            s.in_phase(r.bwd)
-        };
-        let same = r.unit.gathered;
-        let mut s = layer(prev_rs, if r.n == 1 { next_g } else { same });
-        s.at.index = 1;
-        if r.n > 2 {
-            s = s.then(shifted(layer(r.unit.rs_in, same).repeat(r.n - 2), 1));
+            let layer = |prev: f64, next: f64| -> Seg {
+                let mut x = if sharded {
+                    copy_out(r.unit.gathered, r.bwd)
+                } else {
+                    Seg::default()
+                };
+                x = x.then(prefetch(next, r.bwd)).then(r.p.bwd.in_phase(r.bwd));
+                if sync {
+                    x = x.then(reduce_scatter(
+                        &r.unit,
+                        prev,
+                        freed(&r.unit, r.ug),
+                        accumulate,
+                        r.bwd,
+                    ));
+                } else {
+                    x = x.then(keep(&r.unit, r.ug, r.bwd));
+                }
+                x.in_phase(r.bwd)
+            };
+            let same = r.unit.gathered;
+            let rs = if sync { r.unit.rs_in } else { 0.0 };
+            let mut x = layer(prev_rs, if r.n == 1 { next_g } else { same });
+            x.at.index = 1;
+            if r.n > 2 {
+                x = x.then(shifted(layer(rs, same).repeat(r.n - 2), 1));
+            }
+            if r.n > 1 {
+                let mut last = layer(rs, next_g);
+                last.at.index = r.n as u32;
+                x = x.then(last);
+            }
+            p.then(x);
+            if sync {
+                prev_rs = r.unit.rs_in;
+            }
         }
-        if r.n > 1 {
-            let mut last = layer(r.unit.rs_in, next_g);
-            last.at.index = r.n as u32;
-            s = s.then(last);
+        if part.first {
+            if f.titan && sharded {
+                p.then(copy_out(f.emb.gathered, Phase::BwdEmbedding));
+            }
+            p.then(st.emb.bwd.in_phase(Phase::BwdEmbedding));
         }
-        p.then(s);
-        prev_rs = r.unit.rs_in;
-    }
-    let emb_unit = if f.titan { f.emb } else { root };
-    if f.titan && f.reshard {
-        p.then(copy_out(f.emb.gathered, Phase::BwdEmbedding));
-    }
-    p.then(st.emb.bwd.in_phase(Phase::BwdEmbedding));
-    let emb_ug = ug(&st.emb)
-        + if f.titan {
-            0.0
+        if sync {
+            let (unit, ug) = if f.titan {
+                (
+                    if part.first { f.emb } else { Unit::default() },
+                    self.ug_emb,
+                )
+            } else {
+                (self.root, self.ug_emb + self.ug_head)
+            };
+            p.then(reduce_scatter(
+                &unit,
+                prev_rs,
+                freed(&unit, ug),
+                accumulate,
+                Phase::BwdEmbedding,
+            ));
+            // The end of backward: the last reduce-scatter's input is released.
+            p.then(Seg::free(
+                Cat::Comm,
+                unit.rs_in.max(if unit.rs_in > 0.0 { 0.0 } else { prev_rs }),
+                w(Phase::BwdEmbedding, "FSDP reduce-scatter"),
+            ));
+            FsdpState::SHARDED
         } else {
-            ug(&st.head) + ug(&st.loss)
-        };
-    p.then(reduce_scatter(
-        &emb_unit,
-        prev_rs,
-        emb_ug,
-        accumulate,
-        Phase::BwdEmbedding,
-    ));
-    // The end of backward: the last reduce-scatter's input is released.
-    p.then(Seg::free(
-        Cat::Comm,
-        emb_unit.rs_in,
-        w(Phase::BwdEmbedding, "FSDP reduce-scatter"),
-    ));
+            let (unit, ug) = if f.titan {
+                (
+                    if part.first { f.emb } else { Unit::default() },
+                    self.ug_emb,
+                )
+            } else {
+                (self.root, self.ug_emb + self.ug_head)
+            };
+            p.then(keep(&unit, ug, Phase::BwdEmbedding));
+            FsdpState {
+                units: true,
+                root: true,
+            }
+        }
+    }
 }
 
 /// A training step under FSDP2 with `micro_batches` micro-batches (gradient accumulation:
@@ -788,15 +985,16 @@ pub(crate) fn fsdp2(
     micro_batches: u64,
     opt_temp: f64,
 ) -> Program {
+    let fp = FsdpPart::new(st, st, f, Part::whole(a));
     let mut p = Program::new();
-    fsdp2_micro_batch(a, st, f, false, &mut p, true);
+    let s = fp.forward(FsdpState::SHARDED, &mut p, true);
+    fp.backward(s, true, false, false, &mut p);
     if micro_batches > 1 {
-        let mut later = Program {
-            seg: Seg::default(),
-            points: Vec::new(),
-        };
-        fsdp2_micro_batch(a, st, f, true, &mut later, false);
-        later_micro_batches(&mut p, later.seg, st.kept, micro_batches);
+        let one = seg_of(|q| {
+            let s = fp.forward(FsdpState::SHARDED, q, false);
+            fp.backward(s, true, true, false, q);
+        });
+        later_micro_batches(&mut p, one, st.kept, micro_batches);
     }
     p.point("after backward");
     p.then(Seg::transient(
