@@ -879,7 +879,7 @@ impl<'a> FsdpPart<'a> {
                 p.then(st.loss.bwd.in_phase(Phase::BwdHead));
                 p.then(st.head.bwd.in_phase(Phase::BwdHead));
             }
-        } else if !f.titan || true {
+        } else {
             // A stage without the head: the root's pre-backward prefetches the top layer.
             p.then(prefetch(top, Phase::BwdLayer));
         }
