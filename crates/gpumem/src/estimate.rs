@@ -295,8 +295,7 @@ fn estimate_pytorch_dp(s: &Scenario, name: &str, a: &Architecture) -> Option<Res
     let par = &s.parallel;
     if s.mode != Mode::Train
         || par.framework != Framework::Fsdp
-        || (par.dp < 2 && par.tp < 2 && par.pp < 2)
-        || par.cp > 1
+        || (par.dp < 2 && par.tp < 2 && par.pp < 2 && par.cp < 2)
         || par.ep > 1
         || par.zero == 1
         || par.offload_optimizer
@@ -462,8 +461,10 @@ fn rank_step(
     use crate::params;
     let par = &s.parallel;
     let p = &s.precision;
-    let n = par.shard_ranks();
-    let fsdp = par.zero >= 2 && par.dp > 1;
+    // FSDP shards over the data-parallel and the context-parallel ranks together
+    // (torchtitan's dp_shard × cp mesh).
+    let n = par.shard_ranks() * par.cp;
+    let fsdp = par.zero >= 2 && n > 1;
     let tp = par.tp;
     let pp = par.pp;
     let say = r == 0;
@@ -553,6 +554,7 @@ fn rank_step(
     let f = step::Fsdp2 {
         titan: par.wrap == crate::scenario::Wrap::Titan,
         reshard: par.zero >= 3,
+        loss_outside: par.cp > 1,
         emb: step::Unit {
             redistribute: emb_rows,
             ..unit(&emb_t)

@@ -65,6 +65,9 @@ pub struct Ctx<'a> {
     /// Tokens in the sequence-parallel regions (norms, residual stream): `t / tp` under
     /// sequence parallelism, else `t`.
     pub tsp: f64,
+    /// Context parallelism: the ranks a sequence is split over (`seq` and `t` are this
+    /// rank's slice).
+    pub cp: f64,
 }
 
 /// How tensor parallelism splits a linear layer (torchtitan's Llama plan on the Hugging
@@ -94,8 +97,11 @@ impl<'a> Ctx<'a> {
         let par = &s.parallel;
         let tp = if train { par.tp.max(1) } else { 1 };
         let sp = tp > 1 && par.sp;
+        let cp = if train { par.cp.max(1) } else { 1 } as f64;
+        let seq = seq / cp;
         let t = batch * seq;
         Ctx {
+            cp,
             arch,
             batch,
             seq,
@@ -608,18 +614,39 @@ impl<'c, 'a> Builder<'c, 'a> {
                 // Saves q, k, v, the output and the per-row logsumexp; backward accumulates dq
                 // in fp32.
                 let lse = b * hq * s * 4.0;
+                let mut fwd_temp = lse;
+                let mut bwd_temp = t * hq * dq as f64 * 4.0 + lse;
+                if ctx.cp > 1.0 {
+                    // Ring attention (torch's context_parallel, K/V rotated by all-gather):
+                    // this rank's K and V laid out, the whole sequence's K and V gathered (and
+                    // copied), the output merged in fp32 step by step. Its backward gathers K
+                    // and V again and accumulates dQ, dK and dV in fp32, dK and dV sent back
+                    // by an all-to-all.
+                    let kv = t * (hk * dq as f64 + hk * dv as f64) * c.bytes();
+                    let q32 = t * hq * dq as f64 * 4.0;
+                    let whole = ctx.cp * kv;
+                    fwd_temp += 2.0 * whole + 2.0 * q32 + 2.0 * kv;
+                    bwd_temp += 2.0 * whole + 2.0 * kv + 4.0 * kv;
+                }
                 let o = self.op_spec(
                     OpSpec {
+                        name: "sdpa (flash)",
                         inputs: &[q, k, v],
                         out_bytes: out_elems * c.bytes(),
                         saved: &[q, k, v],
-                        fwd_temp: lse,
-                        bwd_temp: t * hq * dq as f64 * 4.0 + lse,
+                        fwd_temp,
+                        bwd_temp,
                         ..OpSpec::default()
                     },
                     c,
                 );
                 self.tape.save_self(o);
+                if ctx.cp > 1.0 {
+                    // The merged output comes back as (batch, heads, seq, dim): the model's
+                    // transpose().contiguous() is a real copy, which the output projection
+                    // saves.
+                    return self.op(&[o], out_elems, c, &[]);
+                }
                 o
             }
             (Attention::Sdpa, SdpaKernel::Math) => {

@@ -586,6 +586,9 @@ pub(crate) struct Fsdp2 {
     pub titan: bool,
     /// `reshard_after_forward` of the layer (and embedding) units.
     pub reshard: bool,
+    /// The loss is computed outside the model's forward (context parallelism: on the local
+    /// shard of the labels), so the root's pre-backward runs after the loss's backward.
+    pub loss_outside: bool,
     pub emb: Unit,
     pub head: Unit,
     pub dense: Unit,
@@ -873,6 +876,10 @@ impl<'a> FsdpPart<'a> {
                 } else {
                     p.then(keep(&f.head, self.ug_head, Phase::BwdHead));
                 }
+            } else if f.loss_outside {
+                p.then(st.loss.bwd.in_phase(Phase::BwdHead));
+                p.then(prefetch(top, Phase::BwdHead));
+                p.then(st.head.bwd.in_phase(Phase::BwdHead));
             } else {
                 // The root's pre-backward (the loss is computed inside the root's forward).
                 p.then(prefetch(top, Phase::BwdHead));
