@@ -297,9 +297,6 @@ fn estimate_pytorch_dp(s: &Scenario, name: &str, a: &Architecture) -> Option<Res
         || par.framework != Framework::Fsdp
         || (par.dp < 2 && par.tp < 2 && par.pp < 2 && par.cp < 2)
         || par.ep > 1
-        || par.zero == 1
-        || par.offload_optimizer
-        || par.offload_params
         || !matches!(s.finetune, Finetune::Full)
     {
         return None;
@@ -314,6 +311,8 @@ struct RankStep {
     prog: step::Program,
     /// Gradients held after the backward (this rank's share).
     grads: f64,
+    /// What is kept in CPU memory (offload).
+    host: f64,
     layers: u64,
     in_flight: f64,
 }
@@ -327,40 +326,83 @@ pub(crate) fn stage_layers(layers: u64, stages: u64, r: u64) -> (u64, u64) {
     (from, to)
 }
 
-fn pytorch_dp(s: &Scenario, name: &str, model: &Architecture) -> Result<Estimate> {
+/// What the PyTorch-native path computes once per model and per (tp, cp, micro-batch,
+/// recomputation): the architecture as the layout holds it, and each stretch replayed. The
+/// planner keeps these and only composes them per layout.
+pub(crate) struct Prepared {
+    pub a: Architecture,
+    pub first: Stretches,
+    pub later: Option<Stretches>,
+    pub untied_note: Option<&'static str>,
+}
+
+/// Whether a layout holds a tied embedding and LM head as two parameters: torchtitan's
+/// wrapping shards them as separate units, and a pipeline's last stage holds the head apart
+/// from the first stage's embedding.
+pub(crate) fn unties(s: &Scenario, model: &Architecture) -> bool {
     let par = &s.parallel;
-    let mut notes = Vec::new();
-    // torchtitan's wrapping shards the embedding and the LM head as separate units: a tied
-    // weight becomes two parameters (each with its gradient and optimizer states).
-    // A pipeline's last stage holds the LM head apart from the first stage's embedding: a
-    // tied weight is two copies there too.
-    let untied;
     let titan_split = par.zero >= 2 && par.wrap == crate::scenario::Wrap::Titan;
-    let a = if (titan_split || par.pp > 1) && model.tied_embeddings {
-        untied = Architecture {
-            tied_embeddings: false,
-            ..model.clone()
-        };
-        notes.push(if par.pp > 1 {
-            "the first stage holds the embedding and the last stage the LM head: their tied weight is a copy on each".into()
-        } else {
-            "torchtitan's wrapping shards the embedding and the LM head separately: their tied weight becomes two parameters".into()
-        });
-        &untied
-    } else {
-        model
+    (titan_split || par.pp > 1) && model.tied_embeddings
+}
+
+pub(crate) fn prepare(s: &Scenario, model: &Architecture) -> Prepared {
+    let par = &s.parallel;
+    let untie = unties(s, model);
+    let a = Architecture {
+        tied_embeddings: model.tied_embeddings && !untie,
+        ..model.clone()
     };
-    let ctx = Ctx::new(s, a, true);
+    let untied_note = untie.then_some(if par.pp > 1 {
+        "the first stage holds the embedding and the last stage the LM head: their tied weight is a copy on each"
+    } else {
+        "torchtitan's wrapping shards the embedding and the LM head separately: their tied weight becomes two parameters"
+    });
+    let ctx = Ctx::new(s, &a, true);
     let mode = if s.recompute == Recompute::Full {
         tape::Mode::Checkpointed
     } else {
         tape::Mode::Normal
     };
     let first = Stretches::new(&ctx, mode, tape::Grads::New);
-    let later = (par.grad_accum > 1).then(|| Stretches::new(&ctx, mode, tape::Grads::Accumulate));
+    let later = (par.grad_accum > 1 || par.pp > 1)
+        .then(|| Stretches::new(&ctx, mode, tape::Grads::Accumulate));
+    Prepared {
+        a,
+        first,
+        later,
+        untied_note,
+    }
+}
+
+/// The largest peak (bytes, with what the GPU keeps in CPU memory) over a layout's pipeline
+/// stages: the first, the second and the last are enough (middle stages hold the same
+/// layers with fewer micro-batches in flight than the second; tested against all).
+pub(crate) fn worst_stage(s: &Scenario, pr: &Prepared) -> (f64, f64) {
+    let pp = s.parallel.pp;
+    let mut notes = Vec::new();
+    let mut worst = (0.0f64, 0.0f64);
+    let mut stages = vec![0, 1, pp.saturating_sub(1)];
+    stages.dedup();
+    for r in stages.into_iter().filter(|&r| r < pp) {
+        let st = rank_step(s, pr, r, &mut notes);
+        let peak = st.base.plus(st.prog.seg.peak).total();
+        if peak > worst.0 {
+            worst = (peak, st.host);
+        }
+    }
+    worst
+}
+
+fn pytorch_dp(s: &Scenario, name: &str, model: &Architecture) -> Result<Estimate> {
+    let par = &s.parallel;
+    let mut notes = Vec::new();
+    let pr = prepare(s, model);
+    if let Some(n) = pr.untied_note {
+        notes.push(n.to_string());
+    }
     let mut stages = Vec::new();
     for r in 0..par.pp {
-        stages.push(rank_step(s, a, &ctx, &first, later.as_ref(), r, &mut notes));
+        stages.push(rank_step(s, &pr, r, &mut notes));
     }
     let worst = (0..stages.len())
         .max_by(|&i, &j| {
@@ -433,7 +475,7 @@ fn pytorch_dp(s: &Scenario, name: &str, model: &Architecture) -> Result<Estimate
         gradients_bytes: st.grads.round() as u64,
         optimizer_states_bytes: base.get(Cat::Optimizer).round() as u64,
         kv_cache_bytes: 0,
-        host_bytes: 0,
+        host_bytes: st.host.round() as u64,
         allocator_reserve_bytes: reserve,
         cuda_context_bytes: CUDA_CONTEXT_BYTES,
         device_bytes: device,
@@ -448,16 +490,10 @@ fn pytorch_dp(s: &Scenario, name: &str, model: &Architecture) -> Result<Estimate
 }
 
 /// The step of one GPU of pipeline stage `r` (the whole model without pipelining).
-#[allow(clippy::too_many_arguments)]
-fn rank_step(
-    s: &Scenario,
-    a: &Architecture,
-    ctx: &Ctx<'_>,
-    first: &Stretches,
-    later: Option<&Stretches>,
-    r: u64,
-    notes: &mut Vec<String>,
-) -> RankStep {
+fn rank_step(s: &Scenario, pr: &Prepared, r: u64, notes: &mut Vec<String>) -> RankStep {
+    let a = &pr.a;
+    let ctx = &Ctx::new(s, a, true);
+    let (first, later) = (&pr.first, pr.later.as_ref());
     use crate::params;
     let par = &s.parallel;
     let p = &s.precision;
@@ -551,6 +587,11 @@ fn rank_step(
         }
     }
     let mut base = Bytes::default();
+    let mut host = 0.0;
+    // FSDP2's CPUOffloadPolicy keeps the sharded parameters, their gradients and the
+    // optimizer on the CPU: the GPU gathers each unit from there and sends its reduced
+    // gradients back.
+    let cpu = fsdp && (par.offload_optimizer || par.offload_params);
     let f = step::Fsdp2 {
         titan: par.wrap == crate::scenario::Wrap::Titan,
         reshard: par.zero >= 3,
@@ -563,7 +604,28 @@ fn rank_step(
         dense: unit(&dense_t),
         moe: unit(&moe_t),
     };
-    if fsdp {
+    let f = if cpu {
+        let off = |u: step::Unit| step::Unit { grad: 0.0, ..u };
+        step::Fsdp2 {
+            emb: off(f.emb),
+            head: off(f.head),
+            dense: off(f.dense),
+            moe: off(f.moe),
+            ..f
+        }
+    } else {
+        f
+    };
+    if cpu {
+        host += held * pdt.bytes() * 2.0 + optim;
+        optim = 0.0;
+        if say {
+            notes.push(
+                "FSDP2 CPU offload: sharded parameters, gradients and optimizer states in CPU memory"
+                    .into(),
+            );
+        }
+    } else if fsdp {
         // Under FSDP2 the sharded parameter is the only persistent copy: the master copy
         // when the compute dtype is lower.
         if p.master.is_some() {
@@ -571,6 +633,8 @@ fn rank_step(
         } else {
             base.add(Cat::Weights, held * pdt.bytes());
         }
+    }
+    if fsdp {
         if say {
             notes.push(format!(
                 "FSDP2 (fully_shard) over {n} ranks, {} wrapping, {}{}",
@@ -593,8 +657,25 @@ fn rank_step(
         }
     } else {
         base.add(Cat::Weights, held * p.weights.bytes());
-        base.add(Cat::Master, p.master.map_or(0.0, |m| held * m.bytes()));
-        if par.dp > 1 {
+        let mut master = p.master.map_or(0.0, |m| held * m.bytes());
+        if par.zero == 1 {
+            // ZeroRedundancyOptimizer: the optimizer (and the master copy) sharded over the
+            // data-parallel ranks.
+            optim /= n as f64;
+            master /= n as f64;
+            if say {
+                notes.push(format!(
+                    "DDP with the optimizer sharded over {n} ranks (ZeroRedundancyOptimizer)"
+                ));
+            }
+        }
+        if par.offload_optimizer {
+            host += master + optim;
+            master = 0.0;
+            optim = 0.0;
+        }
+        base.add(Cat::Master, master);
+        if par.dp * par.cp > 1 {
             // DDP's gradient buckets: a persistent copy of every gradient
             // (`gradient_as_bucket_view=False`).
             base.add(Cat::Comm, held * p.grads.bytes());
@@ -690,6 +771,7 @@ fn rank_step(
             base,
             prog,
             grads,
+            host,
             layers: part.dense + part.moe,
             in_flight: k,
         };
@@ -709,6 +791,7 @@ fn rank_step(
         base,
         prog,
         grads,
+        host,
         layers: part.dense + part.moe,
         in_flight: 1.0,
     }

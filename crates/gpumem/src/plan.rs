@@ -447,6 +447,7 @@ pub fn plan(req: &Request) -> Plan {
         scratch: s.clone(),
         params: Vec::new(),
         acts: Vec::new(),
+        prepared: Vec::new(),
         found: Vec::new(),
     };
     let mut counts = Vec::new();
@@ -528,8 +529,13 @@ struct Sweep<'a> {
     scratch: Scenario,
     params: Vec<((u64, u64, bool), GpuParams)>,
     acts: Vec<(ActsKey, LayerActs)>,
+    /// The one engine's replayed stretches, per (tp, cp, micro-batch, recomputation,
+    /// whether a tied embedding is held as two parameters).
+    prepared: Vec<(PrepKey, crate::estimate::Prepared)>,
     found: Vec<Found>,
 }
+
+type PrepKey = (u64, u64, u64, Recompute, bool, bool);
 
 impl Sweep<'_> {
     /// Every layout on `g` GPUs; returns how many were considered.
@@ -692,7 +698,37 @@ impl Sweep<'_> {
     }
 
     fn evaluate(&mut self, par: Parallel, b: u64, r: Recompute) {
-        let (peak, host) = if par.model_parallel() || par.framework == Framework::Megatron {
+        let native = par.framework == Framework::Fsdp
+            && par.ep == 1
+            && matches!(self.s.finetune, crate::scenario::Finetune::Full);
+        let (peak, host) = if native {
+            // The one engine: stretches replayed once per key, composed per layout.
+            self.scratch.parallel = par;
+            self.scratch.batch = b;
+            self.scratch.recompute = r;
+            let untie = crate::estimate::unties(&self.scratch, self.a);
+            let key = (
+                par.tp,
+                par.cp,
+                b,
+                r,
+                untie,
+                par.grad_accum > 1 || par.pp > 1,
+            );
+            let i = match self.prepared.iter().position(|(k, _)| *k == key) {
+                Some(i) => i,
+                None => {
+                    let pr = crate::estimate::prepare(&self.scratch, self.a);
+                    self.prepared.push((key, pr));
+                    self.prepared.len() - 1
+                }
+            };
+            let (total, host) = crate::estimate::worst_stage(&self.scratch, &self.prepared[i].1);
+            if total.is_nan() || total > self.s.capacity_bytes as f64 {
+                return;
+            }
+            (total.round() as u64, host)
+        } else if par.model_parallel() || par.framework == Framework::Megatron {
             let w = self.gpu_params(&par);
             let x = self.layer_acts(&par, w.vocab, b, r);
             let worst = Prep::from_parts(self.s, self.a, par, w, x, self.bytes).worst();
