@@ -334,6 +334,8 @@ pub(crate) struct Prepared {
     pub first: Stretches,
     pub later: Option<Stretches>,
     pub untied_note: Option<&'static str>,
+    /// The parameter tensors of the embedding, the head, a dense and a MoE layer.
+    pub tensors: [Vec<crate::params::PTensor>; 4],
 }
 
 /// Whether a layout holds a tied embedding and LM head as two parameters: torchtitan's
@@ -366,11 +368,18 @@ pub(crate) fn prepare(s: &Scenario, model: &Architecture) -> Prepared {
     let first = Stretches::new(&ctx, mode, tape::Grads::New);
     let later = (par.grad_accum > 1 || par.pp > 1)
         .then(|| Stretches::new(&ctx, mode, tape::Grads::Accumulate));
+    let tensors = [
+        crate::params::embedding(&a),
+        crate::params::head(&a),
+        crate::params::layer(&a, false),
+        crate::params::layer(&a, true),
+    ];
     Prepared {
         a,
         first,
         later,
         untied_note,
+        tensors,
     }
 }
 
@@ -379,12 +388,13 @@ pub(crate) fn prepare(s: &Scenario, model: &Architecture) -> Prepared {
 /// layers with fewer micro-batches in flight than the second; tested against all).
 pub(crate) fn worst_stage(s: &Scenario, pr: &Prepared) -> (f64, f64) {
     let pp = s.parallel.pp;
-    let mut notes = Vec::new();
     let mut worst = (0.0f64, 0.0f64);
     let mut stages = vec![0, 1, pp.saturating_sub(1)];
     stages.dedup();
+    // Above the capacity less the CUDA context, a layout cannot fit.
+    let cap = (s.capacity_bytes - CUDA_CONTEXT_BYTES.min(s.capacity_bytes)) as f64;
     for r in stages.into_iter().filter(|&r| r < pp) {
-        let st = rank_step(s, pr, r, &mut notes);
+        let st = rank_step(s, pr, r, None, cap);
         let peak = st.base.plus(st.prog.seg.peak).total();
         if peak > worst.0 {
             worst = (peak, st.host);
@@ -402,7 +412,7 @@ fn pytorch_dp(s: &Scenario, name: &str, model: &Architecture) -> Result<Estimate
     }
     let mut stages = Vec::new();
     for r in 0..par.pp {
-        stages.push(rank_step(s, &pr, r, &mut notes));
+        stages.push(rank_step(s, &pr, r, Some(&mut notes), f64::INFINITY));
     }
     let worst = (0..stages.len())
         .max_by(|&i, &j| {
@@ -490,7 +500,16 @@ fn pytorch_dp(s: &Scenario, name: &str, model: &Architecture) -> Result<Estimate
 }
 
 /// The step of one GPU of pipeline stage `r` (the whole model without pipelining).
-fn rank_step(s: &Scenario, pr: &Prepared, r: u64, notes: &mut Vec<String>) -> RankStep {
+/// `cap`: when what the stage surely holds (its states and the activations of the
+/// micro-batches in flight) is already above this, the step is not composed (the planner
+/// asks only whether a layout fits); its peak is then that lower bound.
+fn rank_step(
+    s: &Scenario,
+    pr: &Prepared,
+    r: u64,
+    mut notes: Option<&mut Vec<String>>,
+    cap: f64,
+) -> RankStep {
     let a = &pr.a;
     let ctx = &Ctx::new(s, a, true);
     let (first, later) = (&pr.first, pr.later.as_ref());
@@ -503,7 +522,12 @@ fn rank_step(s: &Scenario, pr: &Prepared, r: u64, notes: &mut Vec<String>) -> Ra
     let fsdp = par.zero >= 2 && n > 1;
     let tp = par.tp;
     let pp = par.pp;
-    let say = r == 0;
+    let say = r == 0 && notes.is_some();
+    let mut note = |n: String| {
+        if let Some(v) = notes.as_deref_mut() {
+            v.push(n);
+        }
+    };
     // Compute dtype of the parameters (FSDP2's `param_dtype`) and their storage dtype (the
     // sharded parameter, which is the master copy under mixed precision).
     let cdt = p.weights;
@@ -542,10 +566,7 @@ fn rank_step(s: &Scenario, pr: &Prepared, r: u64, notes: &mut Vec<String>) -> Ra
         moe: chunk_parts.iter().map(|c| c.moe).sum(),
         hold_embeds: pp == 1,
     };
-    let emb_t = params::embedding(a);
-    let head_t = params::head(a);
-    let dense_t = params::layer(a, false);
-    let moe_t = params::layer(a, true);
+    let [emb_t, head_t, dense_t, moe_t] = &pr.tensors;
     let unit = |ts: &[params::PTensor]| -> step::Unit {
         let local = params::local_numel(ts, tp, 1) as f64;
         let shard = params::shard_numel(ts, tp, 1, n) as f64;
@@ -566,11 +587,11 @@ fn rank_step(s: &Scenario, pr: &Prepared, r: u64, notes: &mut Vec<String>) -> Ra
         0.0
     };
     // Persistent states of this rank.
-    let all: Vec<(u64, &[params::PTensor])> = vec![
-        (u64::from(part.first), &emb_t),
-        (u64::from(part.last), &head_t),
-        (part.dense, &dense_t),
-        (part.moe, &moe_t),
+    let all: [(u64, &[params::PTensor]); 4] = [
+        (u64::from(part.first), emb_t),
+        (u64::from(part.last), head_t),
+        (part.dense, dense_t),
+        (part.moe, moe_t),
     ];
     let mut held = 0.0;
     let mut optim = 0.0;
@@ -598,11 +619,11 @@ fn rank_step(s: &Scenario, pr: &Prepared, r: u64, notes: &mut Vec<String>) -> Ra
         loss_outside: par.cp > 1,
         emb: step::Unit {
             redistribute: emb_rows,
-            ..unit(&emb_t)
+            ..unit(emb_t)
         },
-        head: unit(&head_t),
-        dense: unit(&dense_t),
-        moe: unit(&moe_t),
+        head: unit(head_t),
+        dense: unit(dense_t),
+        moe: unit(moe_t),
     };
     let f = if cpu {
         let off = |u: step::Unit| step::Unit { grad: 0.0, ..u };
@@ -620,7 +641,7 @@ fn rank_step(s: &Scenario, pr: &Prepared, r: u64, notes: &mut Vec<String>) -> Ra
         host += held * pdt.bytes() * 2.0 + optim;
         optim = 0.0;
         if say {
-            notes.push(
+            note(
                 "FSDP2 CPU offload: sharded parameters, gradients and optimizer states in CPU memory"
                     .into(),
             );
@@ -636,7 +657,7 @@ fn rank_step(s: &Scenario, pr: &Prepared, r: u64, notes: &mut Vec<String>) -> Ra
     }
     if fsdp {
         if say {
-            notes.push(format!(
+            note(format!(
                 "FSDP2 (fully_shard) over {n} ranks, {} wrapping, {}{}",
                 if f.titan {
                     "torchtitan's"
@@ -664,7 +685,7 @@ fn rank_step(s: &Scenario, pr: &Prepared, r: u64, notes: &mut Vec<String>) -> Ra
             optim /= n as f64;
             master /= n as f64;
             if say {
-                notes.push(format!(
+                note(format!(
                     "DDP with the optimizer sharded over {n} ranks (ZeroRedundancyOptimizer)"
                 ));
             }
@@ -675,17 +696,17 @@ fn rank_step(s: &Scenario, pr: &Prepared, r: u64, notes: &mut Vec<String>) -> Ra
             optim = 0.0;
         }
         base.add(Cat::Master, master);
-        if par.dp * par.cp > 1 {
+        if par.dp > 1 {
             // DDP's gradient buckets: a persistent copy of every gradient
             // (`gradient_as_bucket_view=False`).
             base.add(Cat::Comm, held * p.grads.bytes());
             if say {
-                notes.push(format!("DDP over {} ranks", par.dp));
+                note(format!("DDP over {} ranks", par.dp));
             }
         }
     }
     if tp > 1 && say {
-        notes.push(format!(
+        note(format!(
             "tensor parallel over {tp} ranks (DTensor, torchtitan's plan){}{}",
             if par.sp { ", sequence parallel" } else { "" },
             if par.loss_parallel {
@@ -696,30 +717,114 @@ fn rank_step(s: &Scenario, pr: &Prepared, r: u64, notes: &mut Vec<String>) -> Ra
         ));
     }
     base.add(Cat::Optimizer, optim);
-    let opt_temp = match s.optimizer {
-        Optimizer::Adafactor => largest_param(a) as f64 * p.optimizer.bytes() * 2.0,
-        Optimizer::Adam8bit => largest_param(a) as f64 * 4.0 * 2.0,
-        _ => 0.0,
-    } + if fsdp { 0.0 } else { emb_rows };
     let m = par.grad_accum;
     let h = a.hidden as f64;
+    // Pipeline stages: the tensor a chunk receives and sends.
+    let act = ctx.tsp * h * if ctx.autocast { 4.0 } else { ctx.c.bytes() };
     if pp > 1 {
         // torch.distributed.pipelining: one receive buffer per micro-batch for each chunk's
         // input (not the first virtual stage) and one for its output's gradient (not the
         // last), allocated once and kept.
-        let act = ctx.tsp * h * if ctx.autocast { 4.0 } else { ctx.c.bytes() };
-        let later = later.unwrap_or(first);
-        let schedule = match par.schedule {
-            crate::scenario::Schedule::GPipe => step::PipeSchedule::GPipe,
-            _ => step::PipeSchedule::OneFOneB,
-        };
         let bufs: u64 = chunk_parts
             .iter()
             .map(|c| (u64::from(!c.first) + u64::from(!c.last)) * m)
             .sum();
         base.add(Cat::Comm, bufs as f64 * act);
+    }
+    // What this stage surely holds: its states and the activations of the micro-batches in
+    // flight when its first backward starts (and, under a pipeline with FSDP, right after
+    // it: the unsharded gradients kept for the later micro-batches).
+    if cap.is_finite() {
+        let fwd = |st: &Stretches, c: &step::Part| {
+            let pick = |on: bool, x: f64| if on { x } else { 0.0 };
+            let layers = st.dense.fwd.delta.total() * c.dense as f64
+                + st.moe.map_or(0.0, |m| m.fwd.delta.total()) * c.moe as f64
+                + pick(c.first, st.emb.fwd.delta.total())
+                + pick(
+                    c.last,
+                    st.head.fwd.delta.total() + st.loss.fwd.delta.total(),
+                );
+            layers.max(0.0)
+        };
+        let in_flight: f64 = if pp > 1 {
+            let v = chunk_parts.len() as u64;
+            let k = if v > 1 {
+                let per_round = (par.grad_accum / (par.grad_accum / pp).max(1)).max(1);
+                (((v - 1) * per_round + 2 * (pp - 1 - r)).min(par.grad_accum * v) + 1) as f64
+                    / v as f64
+            } else {
+                match par.schedule {
+                    crate::scenario::Schedule::GPipe => par.grad_accum,
+                    _ => (pp - r).min(par.grad_accum),
+                }
+                .max(1) as f64
+            };
+            let held = if fsdp && m > 1 {
+                let ug = |p: &tape::Profile| p.bwd.delta.get(Cat::Gradients).max(0.0);
+                let pick = |on: bool, x: f64| if on { x } else { 0.0 };
+                let grads = ug(&first.dense) * part.dense as f64
+                    + first.moe.as_ref().map_or(0.0, ug) * part.moe as f64
+                    + pick(part.first, ug(&first.emb))
+                    + pick(part.last, ug(&first.head) + ug(&first.loss));
+                grads * rdt.bytes() / cdt.bytes()
+            } else {
+                0.0
+            };
+            let f = fwd(first, &part);
+            // After the first backward a steady-state forward (when there is one) brings the
+            // micro-batches in flight back to k, beside the kept gradients.
+            let steady = v == 1
+                && par.grad_accum > k as u64
+                && par.schedule != crate::scenario::Schedule::GPipe;
+            // The first backward starts with k micro-batches in flight: its first stretch (the
+            // loss on the last stage, the top layer elsewhere) rises above that.
+            let top = if part.last {
+                first.loss.bwd.peak.total()
+            } else if part.moe > 0 {
+                first.moe.map_or(0.0, |m| m.bwd.peak.total())
+            } else {
+                first.dense.bwd.peak.total()
+            };
+            let at_first_backward = k * f + top.max(0.0);
+            if steady {
+                (k * f + held).max(at_first_backward)
+            } else {
+                at_first_backward.max((k - 1.0).max(0.0) * f + held)
+            }
+        } else {
+            fwd(first, &part)
+        };
+        let bound = base.total() + in_flight;
+        if bound > cap {
+            return RankStep {
+                base,
+                prog: step::Program {
+                    seg: Seg {
+                        peak: Bytes::of(Cat::Activations, in_flight),
+                        ..Seg::default()
+                    },
+                    points: Vec::new(),
+                },
+                grads: 0.0,
+                host,
+                layers: part.dense + part.moe,
+                in_flight: 0.0,
+            };
+        }
+    }
+    let opt_temp = match s.optimizer {
+        Optimizer::Adafactor => largest_param(a) as f64 * p.optimizer.bytes() * 2.0,
+        Optimizer::Adam8bit => largest_param(a) as f64 * 4.0 * 2.0,
+        _ => 0.0,
+    } + if fsdp { 0.0 } else { emb_rows };
+    if pp > 1 {
+        let later = later.unwrap_or(first);
+        let schedule = match par.schedule {
+            crate::scenario::Schedule::GPipe => step::PipeSchedule::GPipe,
+            _ => step::PipeSchedule::OneFOneB,
+        };
         if say {
-            notes.push(format!(
+            note(format!(
                 "pipeline of {pp} stages (torch.distributed.pipelining, {}), {m} micro-batches",
                 match par.schedule {
                     crate::scenario::Schedule::GPipe => "GPipe".to_string(),
@@ -730,10 +835,14 @@ fn rank_step(s: &Scenario, pr: &Prepared, r: u64, notes: &mut Vec<String>) -> Ra
             ));
         }
         let v = chunk_parts.len() as u64;
-        let chunks: Vec<step::Chunk> = chunk_parts
-            .iter()
-            .map(|c| step::Chunk::new(first, later, c, act))
-            .collect();
+        let chunks: Vec<step::Chunk> = if fsdp {
+            Vec::new()
+        } else {
+            chunk_parts
+                .iter()
+                .map(|c| step::Chunk::new(first, later, c, act))
+                .collect()
+        };
         let fsdp_chunks: Vec<step::FsdpChunk<'_>> = if fsdp {
             chunk_parts
                 .iter()
@@ -746,7 +855,7 @@ fn rank_step(s: &Scenario, pr: &Prepared, r: u64, notes: &mut Vec<String>) -> Ra
         } else {
             Vec::new()
         };
-        let ops = step::pipe_ops(schedule, pp, r, m, v);
+        let (ops, period) = step::pipe_ops(schedule, pp, r, m, v);
         // Micro-batches of activations in flight at the first backward.
         let before_first_b = ops
             .iter()
@@ -754,7 +863,7 @@ fn rank_step(s: &Scenario, pr: &Prepared, r: u64, notes: &mut Vec<String>) -> Ra
             .unwrap_or(ops.len());
         let k = (before_first_b as f64 / v as f64).max(1.0);
         let prog = if fsdp || v > 1 {
-            step::pipeline_loop(&chunks, &fsdp_chunks, &ops, m, opt_temp)
+            step::pipeline_loop(&chunks, &fsdp_chunks, &ops, period, m, opt_temp)
         } else {
             step::pipeline_stage(&chunks[0], schedule, pp - 1 - r, m, opt_temp)
         };

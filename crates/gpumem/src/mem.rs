@@ -228,17 +228,19 @@ impl Seg {
     }
 
     /// This stretch, then `b`.
-    pub fn then(self, b: Seg) -> Seg {
-        let second = self.delta.plus(b.peak);
-        let (peak, at) = if second.total() > self.peak.total() {
-            (second, b.at)
-        } else {
-            (self.peak, self.at)
-        };
-        Seg {
-            delta: self.delta.plus(b.delta),
-            peak,
-            at,
+    pub fn then(mut self, b: Seg) -> Seg {
+        self.push(&b);
+        self
+    }
+
+    /// `b` appended to this stretch, in place.
+    pub fn push(&mut self, b: &Seg) {
+        if self.delta.total() + b.peak.total() > self.peak.total() {
+            self.peak = self.delta.plus(b.peak);
+            self.at = b.at;
+        }
+        for i in 0..NCAT {
+            self.delta.0[i] += b.delta.0[i];
         }
     }
 

@@ -49,6 +49,8 @@ pub struct Request {
     /// What the request fixes (the estimate flags given to `plan`): every layout tried
     /// honours each of these.
     pub fixed: Fixed,
+    /// Evaluate every layout, without skipping those a more frugal one rules out (tests).
+    pub exhaustive: bool,
 }
 
 /// Layout choices a request fixes instead of leaving them to the sweep.
@@ -325,6 +327,7 @@ impl Request {
             host_bytes_per_node: host_gb * 1_000_000_000,
             source,
             fixed,
+            exhaustive: false,
         })
     }
 }
@@ -460,6 +463,26 @@ pub fn plan(req: &Request) -> Plan {
         fitting += fit;
         counts.push((g, c, fit, before));
     }
+    if std::env::var_os("GPUMEM_DUMP_FOUND").is_some() {
+        for f in &sweep.found {
+            eprintln!(
+                "FOUND {:?} b{} {:?}",
+                (
+                    f.par.dp,
+                    f.par.tp,
+                    f.par.pp,
+                    f.par.cp,
+                    f.par.zero,
+                    f.par.offload_optimizer,
+                    f.par.offload_params,
+                    f.par.grad_accum,
+                    f.par.schedule
+                ),
+                f.batch,
+                f.recompute
+            );
+        }
+    }
     // Rank everything; confirm the listed ones with the full estimate.
     let order = crate::order::sorted_indices(sweep.found.len(), &|i, j| {
         rank(&sweep.found[i], &sweep.found[j])
@@ -587,6 +610,9 @@ impl Sweep<'_> {
                             continue;
                         }
                         let per_replica = req.global_batch / dp;
+                        // Without a pipeline a larger micro-batch needs more memory: once none
+                        // fits, the larger ones are counted only.
+                        let mut b_fits = [true; 3];
                         let mut b = 1;
                         while b <= MAX_MICRO_BATCH.max(fx.micro_batch.unwrap_or(0))
                             && b <= per_replica
@@ -624,7 +650,14 @@ impl Sweep<'_> {
                                         schedule: sched,
                                         ..base
                                     };
-                                    considered += self.options(par, b, recomputes);
+                                    let vi = v.trailing_zeros() as usize;
+                                    let (n, fit) = self.options(par, b, recomputes, b_fits[vi]);
+                                    considered += n;
+                                    // Under a pipeline the micro-batches per step fall as
+                                    // the micro-batch grows, which can lower the peak.
+                                    if !fit && !self.req.exhaustive && pp == 1 {
+                                        b_fits[vi] = false;
+                                    }
                                 }
                             }
                             // Powers of two, and the fixed micro-batch when it is not one.
@@ -641,8 +674,20 @@ impl Sweep<'_> {
     }
 
     /// ZeRO stages, recomputation and offload for one mesh and micro-batch.
-    fn options(&mut self, par: Parallel, b: u64, recomputes: &[Recompute]) -> u64 {
-        let mut n = 0;
+    /// ZeRO stages, recomputation and offload for one mesh and micro-batch: how many layouts
+    /// that is, and whether any fits. For each stage, memory only falls with more offload
+    /// and full recomputation, so that one is tried first: when it does not fit, none of the
+    /// stage's does (not so across stages: under a pipeline, FSDP keeps the unsharded
+    /// gradients in fp32, which ZeRO-1 does not). `eval: false` counts only.
+    /// `Request::exhaustive` evaluates all (the tests compare).
+    fn options(
+        &mut self,
+        par: Parallel,
+        b: u64,
+        recomputes: &[Recompute],
+        eval: bool,
+    ) -> (u64, bool) {
+        let mut list: Vec<(u8, u8, Recompute)> = Vec::new();
         let pipeline_limits = par.pp > 1 && par.framework != Framework::Fsdp;
         let fx = self.req.fixed;
         for zero in 0..=3u8 {
@@ -663,18 +708,43 @@ impl Sweep<'_> {
                     if fx.recompute.is_some_and(|f| f != r) {
                         continue;
                     }
-                    let par = Parallel {
-                        zero,
-                        offload_optimizer: offload >= 1,
-                        offload_params: offload == 2,
-                        ..par
-                    };
-                    n += 1;
-                    self.evaluate(par, b, r);
+                    list.push((zero, offload, r));
                 }
             }
         }
-        n
+        let n = list.len() as u64;
+        if !eval || list.is_empty() {
+            return (n, false);
+        }
+        let with = |&(zero, offload, _): &(u8, u8, Recompute)| Parallel {
+            zero,
+            offload_optimizer: offload >= 1,
+            offload_params: offload == 2,
+            ..par
+        };
+        let mut any = false;
+        for zero in 0..=3u8 {
+            let mut of: Vec<(u8, u8, Recompute)> =
+                list.iter().copied().filter(|o| o.0 == zero).collect();
+            if of.is_empty() {
+                continue;
+            }
+            if !self.req.exhaustive {
+                // For one stage, more offload and full recomputation need no more memory.
+                let i = (0..of.len())
+                    .max_by_key(|&i| (of[i].1, of[i].2 == Recompute::Full))
+                    .expect("not empty");
+                let frugal = of.remove(i);
+                if !self.evaluate(with(&frugal), b, frugal.2) {
+                    continue;
+                }
+                any = true;
+            }
+            for o in &of {
+                any |= self.evaluate(with(o), b, o.2);
+            }
+        }
+        (n, any)
     }
 
     fn gpu_params(&mut self, par: &Parallel) -> GpuParams {
@@ -697,7 +767,8 @@ impl Sweep<'_> {
         x
     }
 
-    fn evaluate(&mut self, par: Parallel, b: u64, r: Recompute) {
+    /// Whether the layout fits; those that do are kept.
+    fn evaluate(&mut self, par: Parallel, b: u64, r: Recompute) -> bool {
         let native = par.framework == Framework::Fsdp
             && par.ep == 1
             && matches!(self.s.finetune, crate::scenario::Finetune::Full);
@@ -725,7 +796,7 @@ impl Sweep<'_> {
             };
             let (total, host) = crate::estimate::worst_stage(&self.scratch, &self.prepared[i].1);
             if total.is_nan() || total > self.s.capacity_bytes as f64 {
-                return;
+                return false;
             }
             (total.round() as u64, host)
         } else if par.model_parallel() || par.framework == Framework::Megatron {
@@ -735,7 +806,7 @@ impl Sweep<'_> {
             // Beyond any GPU (and beyond what a u64 byte count may carry): does not fit.
             let total = worst.total();
             if total.is_nan() || total > self.s.capacity_bytes as f64 {
-                return;
+                return false;
             }
             (worst.total().round() as u64, worst.host)
         } else {
@@ -744,17 +815,17 @@ impl Sweep<'_> {
             self.scratch.recompute = r;
             match estimate(&self.scratch) {
                 Ok(e) => (e.peak_bytes, e.host_bytes as f64),
-                Err(_) => return,
+                Err(_) => return false,
             }
         };
         let per_node = par.gpus().min(self.req.gpus_per_node) as f64;
         if host * per_node > self.req.host_bytes_per_node as f64 {
-            return;
+            return false;
         }
         let device = peak + reserve_for(peak) + CUDA_CONTEXT_BYTES;
         let headroom = self.s.capacity_bytes as i64 - device as i64;
         if headroom < 0 {
-            return;
+            return false;
         }
         let (_, _, step, _) = cost(self.s, self.a, &self.spec, self.req, &par, b, r);
         self.found.push(Found {
@@ -764,6 +835,7 @@ impl Sweep<'_> {
             headroom,
             step,
         });
+        true
     }
 
     /// The full estimate of a found layout, through the scenario parser (so every

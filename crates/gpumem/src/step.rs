@@ -153,7 +153,7 @@ impl Program {
     }
 
     fn then(&mut self, s: Seg) {
-        self.seg = self.seg.then(s);
+        self.seg.push(&s);
     }
 
     fn point(&mut self, name: &'static str) {
@@ -394,7 +394,15 @@ pub(crate) enum PipeOp {
 /// `ScheduleInterleaved1F1B` (`_get_warmup_ops` and `_get_1f1b_rank_ops`: warm-up forwards
 /// through the chunks a round of micro-batches at a time, then one forward and one
 /// backward, then the remaining backwards; local chunk j is virtual stage j·pp + r).
-pub(crate) fn pipe_ops(schedule: PipeSchedule, pp: u64, r: u64, m: u64, v: u64) -> Vec<PipeOp> {
+/// Also returns the length of the steady phase's period (a round of micro-batches through
+/// every chunk, in ops).
+pub(crate) fn pipe_ops(
+    schedule: PipeSchedule,
+    pp: u64,
+    r: u64,
+    m: u64,
+    v: u64,
+) -> (Vec<PipeOp>, usize) {
     let mut ops = Vec::with_capacity((2 * m * v) as usize);
     if v == 1 {
         let k = match schedule {
@@ -410,7 +418,7 @@ pub(crate) fn pipe_ops(schedule: PipeSchedule, pp: u64, r: u64, m: u64, v: u64) 
             ops.push(PipeOp::B(0));
         }
         ops.extend((1..k).map(|_| PipeOp::B(0)));
-        return ops;
+        return (ops, 2);
     }
     let rounds = (m / pp).max(1);
     let per_round = (m / rounds).max(1);
@@ -427,7 +435,7 @@ pub(crate) fn pipe_ops(schedule: PipeSchedule, pp: u64, r: u64, m: u64, v: u64) 
     for op in m * v..m * v + warmup {
         ops.push(bwd(op));
     }
-    ops
+    (ops, (2 * per_round * v) as usize)
 }
 
 /// A chunk under FSDP2 in a pipeline: its units over the stretches replayed with new and
@@ -442,10 +450,16 @@ pub(crate) struct FsdpChunk<'a> {
 /// whose units are gathered, kept and reduced as torch's schedules ask FSDP to (gradients
 /// reduce-scattered and units resharded after backward only on each chunk's last
 /// micro-batch).
+///
+/// The steady phase repeats itself: once a period of ops (`period` ops, a round of
+/// micro-batches through every chunk) composes to the same segment as the one before and
+/// leaves the same unit states, the periods up to the last one are that segment repeated,
+/// in closed form.
 pub(crate) fn pipeline_loop(
     chunks: &[Chunk],
     fsdp: &[FsdpChunk<'_>],
     ops: &[PipeOp],
+    period: usize,
     m: u64,
     opt_temp: f64,
 ) -> Program {
@@ -454,45 +468,229 @@ pub(crate) fn pipeline_loop(
     let mut started = vec![false; n];
     let (mut fwd_mb, mut bwd_mb) = (vec![0u64; n], vec![0u64; n]);
     let mut state = vec![FsdpState::SHARDED; n];
-    let mut warm = true;
-    for op in ops {
-        match *op {
+    // FSDP segments depend only on the chunk, the op and the states: made once each.
+    type Key = (usize, bool, FsdpState, bool, bool);
+    let mut memo: Vec<(Key, Seg, FsdpState)> = Vec::new();
+    let mut seg_for = |op: PipeOp,
+                       started: &mut [bool],
+                       fwd_mb: &mut [u64],
+                       bwd_mb: &mut [u64],
+                       state: &mut [FsdpState]|
+     -> Seg {
+        match op {
             PipeOp::F(c) => {
                 fwd_mb[c] += 1;
                 let s = if let Some(fc) = fsdp.get(c) {
-                    let mut out = state[c];
-                    let seg = seg_of(|q| out = fc.new.forward(state[c], q, false));
+                    let key = (c, true, state[c], false, false);
+                    let (seg, out) = match memo.iter().find(|x| x.0 == key) {
+                        Some(x) => (x.1, x.2),
+                        None => {
+                            let mut out = state[c];
+                            let seg = seg_of(|q| out = fc.new.forward(state[c], q, false));
+                            memo.push((key, seg, out));
+                            (seg, out)
+                        }
+                    };
                     state[c] = out;
                     seg
                 } else {
                     chunks[c].f
                 };
-                p.then(in_micro_batch(s, fwd_mb[c], m));
+                in_micro_batch(s, fwd_mb[c], m)
             }
             PipeOp::B(c) => {
-                if warm {
-                    p.point("forward: micro-batches in flight");
-                    warm = false;
-                }
                 bwd_mb[c] += 1;
                 let after_first = started[c];
                 started[c] = true;
                 let s = if let Some(fc) = fsdp.get(c) {
-                    let part = fc.new.part;
                     let sync = bwd_mb[c] == m;
-                    let st = if after_first { &fc.acc } else { &fc.new };
-                    let mut out = state[c];
-                    let b = seg_of(|q| out = st.backward(state[c], sync, false, after_first, q));
+                    let key = (c, false, state[c], sync, after_first);
+                    let (seg, out) = match memo.iter().find(|x| x.0 == key) {
+                        Some(x) => (x.1, x.2),
+                        None => {
+                            let st = if after_first { &fc.acc } else { &fc.new };
+                            let mut out = state[c];
+                            let b = seg_of(|q| {
+                                out = st.backward(state[c], sync, false, after_first, q)
+                            });
+                            let seg = around_backward(
+                                b,
+                                &fc.new.part,
+                                fc.new.st.kept,
+                                fc.io,
+                                after_first,
+                            );
+                            memo.push((key, seg, out));
+                            (seg, out)
+                        }
+                    };
                     state[c] = out;
-                    around_backward(b, &part, fc.new.st.kept, fc.io, after_first)
+                    seg
                 } else if after_first {
                     chunks[c].b_acc
                 } else {
                     chunks[c].b_new
                 };
-                p.then(in_micro_batch(s, bwd_mb[c], m));
+                in_micro_batch(s, bwd_mb[c], m)
             }
         }
+    };
+    // Runs of the same op (warm-up forwards of one chunk) or the same pair (one forward, one
+    // backward) compose as their second element repeated once the states it leaves stop
+    // changing: only the first, the second and the last of a run are composed op by op.
+    let (mut snap_state, mut snap_started) = (state.clone(), started.clone());
+    let mut compose = |i: usize,
+                       limit: usize,
+                       acc: &mut Seg,
+                       started: &mut [bool],
+                       fwd_mb: &mut [u64],
+                       bwd_mb: &mut [u64],
+                       state: &mut [FsdpState]|
+     -> usize {
+        let unit = if i + 1 < limit && ops[i + 1] == ops[i] {
+            1
+        } else if i + 3 < limit && ops[i + 2] == ops[i] && ops[i + 3] == ops[i + 1] {
+            2
+        } else {
+            1
+        };
+        let mut n = 1;
+        while i + (n + 1) * unit <= limit
+            && ops[i + n * unit..i + (n + 1) * unit] == ops[i..i + unit]
+        {
+            n += 1;
+        }
+        let mut one = |k: usize,
+                       started: &mut [bool],
+                       fwd_mb: &mut [u64],
+                       bwd_mb: &mut [u64],
+                       state: &mut [FsdpState]|
+         -> Seg {
+            let mut x = Seg::default();
+            for op in &ops[i + k * unit..i + (k + 1) * unit] {
+                x.push(&seg_for(*op, started, fwd_mb, bwd_mb, state));
+            }
+            x
+        };
+        acc.push(&one(0, started, fwd_mb, bwd_mb, state));
+        if n == 1 {
+            return i + unit;
+        }
+        snap_state.copy_from_slice(state);
+        snap_started.copy_from_slice(started);
+        let second = one(1, started, fwd_mb, bwd_mb, state);
+        acc.push(&second);
+        // Units 3 … n−1 repeat the second when it changed no state and no backward among them
+        // is a chunk's last (which reduce-scatters under FSDP).
+        let stable = snap_state[..] == state[..] && snap_started[..] == started[..];
+        let mut middle = n.saturating_sub(3) as u64;
+        if !fsdp.is_empty() {
+            for op in &ops[i..i + unit] {
+                if let PipeOp::B(c) = *op {
+                    let k = ops[i..i + unit].iter().filter(|o| **o == *op).count() as u64;
+                    // bwd_mb[c] + k·(units repeated) must stay below m.
+                    let room = (m.saturating_sub(1).saturating_sub(bwd_mb[c])) / k;
+                    middle = middle.min(room);
+                }
+            }
+        }
+        if stable && middle > 0 {
+            let mut r = second.repeat(middle);
+            r.at = second.at;
+            acc.push(&r);
+            for op in &ops[i + 2 * unit..i + (2 + middle as usize) * unit] {
+                match *op {
+                    PipeOp::F(c) => fwd_mb[c] += 1,
+                    PipeOp::B(c) => bwd_mb[c] += 1,
+                }
+            }
+        } else {
+            middle = 0;
+        }
+        for k in (2 + middle as usize)..n {
+            acc.push(&one(k, started, fwd_mb, bwd_mb, state));
+        }
+        i + n * unit
+    };
+    let first_b = ops
+        .iter()
+        .position(|o| matches!(o, PipeOp::B(_)))
+        .unwrap_or(ops.len());
+    // The steady phase: alternating forwards and backwards, up to the cool-down.
+    let cooldown = ops
+        .iter()
+        .rev()
+        .take_while(|o| matches!(o, PipeOp::B(_)))
+        .count();
+    let steady_end = ops.len() - cooldown.min(ops.len() - first_b);
+    let mut i = 0;
+    let mut previous: Option<(Seg, Vec<FsdpState>)> = None;
+    while i < ops.len() {
+        if i == first_b {
+            p.point("forward: micro-batches in flight");
+        }
+        let in_steady = i >= first_b && i + period <= steady_end && period > 0;
+        if in_steady && (i - first_b) % period == 0 {
+            let mut seg = Seg::default();
+            let end = i + period;
+            while i < end {
+                i = compose(
+                    i,
+                    end,
+                    &mut seg,
+                    &mut started,
+                    &mut fwd_mb,
+                    &mut bwd_mb,
+                    &mut state,
+                );
+            }
+            // Skip whole periods that would compose the same, keeping the last one.
+            if let Some((prev, prev_state)) = &previous {
+                let same = prev.peak == seg.peak && prev.delta == seg.delta && *prev_state == state;
+                let left = (steady_end - i) / period;
+                if same && left > 1 {
+                    let skip = left - 1;
+                    p.then(seg);
+                    let mut r = seg.repeat(skip as u64);
+                    r.at = seg.at;
+                    p.then(r);
+                    i += skip * period;
+                    // Micro-batch counters move on as the skipped ops would have.
+                    for op in &ops[i - skip * period..i] {
+                        match *op {
+                            PipeOp::F(c) => fwd_mb[c] += 1,
+                            PipeOp::B(c) => bwd_mb[c] += 1,
+                        }
+                    }
+                    previous = None;
+                    continue;
+                }
+            }
+            p.then(seg);
+            previous = Some((seg, state.clone()));
+            continue;
+        }
+        // Up to the next period boundary (or the end).
+        let limit = if i < first_b {
+            first_b
+        } else if i < steady_end && period > 0 {
+            (first_b + ((i - first_b) / period + 1) * period)
+                .min(steady_end)
+                .max(i + 1)
+        } else {
+            ops.len()
+        };
+        let mut seg = Seg::default();
+        i = compose(
+            i,
+            limit,
+            &mut seg,
+            &mut started,
+            &mut fwd_mb,
+            &mut bwd_mb,
+            &mut state,
+        );
+        p.then(seg);
     }
     p.point("after backward");
     p.then(Seg::transient(
@@ -606,18 +804,29 @@ fn w(phase: Phase, what: &'static str) -> Where {
 /// Gather a unit now: the all-gather output, copied out into the unsharded parameters,
 /// then freed.
 fn gather_now(g: f64, phase: Phase) -> Seg {
-    Seg::alloc(Cat::Comm, g, w(phase, "FSDP all-gather"))
-        .then(Seg::alloc(Cat::Gathered, g, w(phase, "FSDP all-gather")))
-        .then(Seg::free(Cat::Comm, g, w(phase, "FSDP all-gather")))
+    // As one segment: both buffers at once at the top, the unsharded parameters after.
+    let mut peak = Bytes::of(Cat::Comm, g);
+    peak.add(Cat::Gathered, g);
+    Seg {
+        delta: Bytes::of(Cat::Gathered, g),
+        peak: if g > 0.0 { peak } else { Bytes::default() },
+        at: w(phase, "FSDP all-gather"),
+    }
 }
 
 /// A prefetched all-gather's output copied out into the unsharded parameters.
 fn copy_out(g: f64, phase: Phase) -> Seg {
-    Seg::alloc(Cat::Gathered, g, w(phase, "FSDP copy-out")).then(Seg::free(
-        Cat::Comm,
-        g,
-        w(phase, "FSDP copy-out"),
-    ))
+    let mut delta = Bytes::of(Cat::Gathered, g);
+    delta.add(Cat::Comm, -g);
+    Seg {
+        delta,
+        peak: if g > 0.0 {
+            Bytes::of(Cat::Gathered, g)
+        } else {
+            Bytes::default()
+        },
+        at: w(phase, "FSDP copy-out"),
+    }
 }
 
 fn reshard(g: f64, phase: Phase) -> Seg {
@@ -629,16 +838,22 @@ fn reshard(g: f64, phase: Phase) -> Seg {
 /// `accumulate`, the sharded gradient exists already and the new shard is added into it.
 fn reduce_scatter(u: &Unit, prev_rs: f64, ug: f64, accumulate: bool, phase: Phase) -> Seg {
     let at = w(phase, "FSDP reduce-scatter");
-    let mut s = reshard(u.gathered, phase)
-        .then(Seg::alloc(
+    let mut s = reshard(u.gathered, phase);
+    if u.redistribute > 0.0 {
+        s.push(&Seg::alloc(
             Cat::Temporaries,
             u.redistribute,
             w(phase, "DTensor redistribute"),
-        ))
-        .then(Seg::free(Cat::Comm, prev_rs, at))
-        .then(Seg::alloc(Cat::Comm, u.rs_in, at))
-        .then(Seg::free(Cat::Gradients, ug, at))
-        .then(Seg::free(Cat::Temporaries, u.redistribute, at));
+        ));
+    }
+    if prev_rs > 0.0 {
+        s.push(&Seg::free(Cat::Comm, prev_rs, at));
+    }
+    s.push(&Seg::alloc(Cat::Comm, u.rs_in, at));
+    s.push(&Seg::free(Cat::Gradients, ug, at));
+    if u.redistribute > 0.0 {
+        s.push(&Seg::free(Cat::Temporaries, u.redistribute, at));
+    }
     if accumulate {
         s = s.then(Seg::transient(Cat::Temporaries, u.rs_out, at));
     } else if u.rs_out == u.grad {

@@ -281,3 +281,22 @@ fn the_worst_stage_is_among_the_first_second_and_last() {
         }
     }
 }
+
+/// Skipping the layouts a more frugal one rules out changes nothing: the same layouts fit,
+/// and the same are listed.
+#[test]
+fn pruning_the_sweep_loses_no_layout() {
+    for v in [
+        json!({"model": "llama3.1-70b", "precision": "mixed-bf16", "seq": 8192, "global_batch": 64, "gpus": "8..64", "top": 20}),
+        json!({"model": "llama3.1-8b", "precision": "bf16", "seq": 4096, "global_batch": 32, "gpus": "1..16", "top": 20}),
+        json!({"model": "mixtral-8x7b", "precision": "mixed-bf16", "seq": 4096, "global_batch": 64, "gpus": "8..32", "top": 20}),
+    ] {
+        let fast = Request::from_value(&v).unwrap();
+        let mut all = fast.clone();
+        all.exhaustive = true;
+        let (p, q) = (plan(&fast), plan(&all));
+        assert_eq!(p.considered, q.considered, "{v}");
+        assert_eq!(p.fitting, q.fitting, "{v}");
+        assert_eq!(p.best, q.best, "{v}");
+    }
+}
