@@ -41,6 +41,15 @@ pub enum Activation {
     Gelu,
 }
 
+/// What sets a decoder layer's ops apart from another's. Layers of one kind replay
+/// identically, so the engine replays each kind once and composes runs of them in the
+/// model's order ([`Architecture::runs`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct LayerKind {
+    /// The MLP is a mixture of experts (otherwise dense, of width `intermediate`).
+    pub moe: bool,
+}
+
 /// Mixture-of-experts feed-forward.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Moe {
@@ -319,8 +328,53 @@ impl Architecture {
         self.moe.as_ref().is_some_and(|m| l >= m.first_dense_layers)
     }
 
+    /// The kind of decoder layer `l` (0-based): the one place that says how layers differ.
+    pub fn layer_kind(&self, l: u64) -> LayerKind {
+        LayerKind {
+            moe: self.is_moe_layer(l),
+        }
+    }
+
+    /// The distinct kinds of decoder layer, in the order they first appear.
+    pub fn kinds(&self) -> Vec<LayerKind> {
+        let mut v: Vec<LayerKind> = Vec::new();
+        for l in 0..self.layers {
+            let k = self.layer_kind(l);
+            if !v.contains(&k) {
+                v.push(k);
+            }
+        }
+        v
+    }
+
+    /// Runs of consecutive layers of one kind over layers `lo..hi`, in order: (index into
+    /// [`kinds`](Self::kinds), how many).
+    pub fn runs(&self, lo: u64, hi: u64) -> Vec<(usize, u64)> {
+        let kinds = self.kinds();
+        let mut v: Vec<(usize, u64)> = Vec::new();
+        for l in lo..hi.min(self.layers) {
+            let k = self.layer_kind(l);
+            let i = kinds.iter().position(|&x| x == k).unwrap_or(0);
+            match v.last_mut() {
+                Some((j, n)) if *j == i => *n += 1,
+                _ => v.push((i, 1)),
+            }
+        }
+        v
+    }
+
+    /// How many layers of each kind (indexed as [`kinds`](Self::kinds)) lie in `lo..hi`.
+    pub fn kind_counts(&self, lo: u64, hi: u64) -> Vec<u64> {
+        let mut c = vec![0; self.kinds().len()];
+        for (i, n) in self.runs(lo, hi) {
+            c[i] += n;
+        }
+        c
+    }
+
     /// Parameters of one decoder layer: (total, routed experts, active per token).
-    pub(crate) fn layer_params(&self, moe_layer: bool) -> Option<(u64, u64, u64)> {
+    pub(crate) fn layer_params(&self, kind: LayerKind) -> Option<(u64, u64, u64)> {
+        let moe_layer = kind.moe;
         let mut total = 0u64;
         for (_, l) in self.attention_linears() {
             total = total.checked_add(l.params())?;
@@ -370,29 +424,22 @@ impl Architecture {
         let positions = self.learned_positions.unwrap_or(0).checked_mul(h)?;
         let lm_head = if self.tied_embeddings { 0 } else { embedding };
         let final_norm = self.norm_params(h);
-        let dense_layers = match &self.moe {
-            Some(m) => m.first_dense_layers,
-            None => self.layers,
-        };
-        let moe_layers = self.layers - dense_layers;
-        let (d_total, _, d_active) = self.layer_params(false)?;
-        let (m_total, m_routed, m_active) = if moe_layers > 0 {
-            self.layer_params(true)?
-        } else {
-            (0, 0, 0)
-        };
-        let layers = d_total
-            .checked_mul(dense_layers)?
-            .checked_add(m_total.checked_mul(moe_layers)?)?;
-        let routed_experts = m_routed.checked_mul(moe_layers)?;
+        let (mut layers, mut routed_experts, mut active) = (0u64, 0u64, 0u64);
+        for (kind, n) in self
+            .kinds()
+            .into_iter()
+            .zip(self.kind_counts(0, self.layers))
+        {
+            let (t, r, a) = self.layer_params(kind)?;
+            layers = layers.checked_add(t.checked_mul(n)?)?;
+            routed_experts = routed_experts.checked_add(r.checked_mul(n)?)?;
+            active = active.checked_add(a.checked_mul(n)?)?;
+        }
         let outside = embedding
             .checked_add(positions)?
             .checked_add(lm_head)?
             .checked_add(final_norm)?;
-        let active = d_active
-            .checked_mul(dense_layers)?
-            .checked_add(m_active.checked_mul(moe_layers)?)?
-            .checked_add(outside)?;
+        let active = active.checked_add(outside)?;
         Some(ParamCounts {
             embedding,
             positions,

@@ -334,8 +334,14 @@ pub(crate) struct Prepared {
     pub first: Stretches,
     pub later: Option<Stretches>,
     pub untied_note: Option<&'static str>,
-    /// The parameter tensors of the embedding, the head, a dense and a MoE layer.
-    pub tensors: [Vec<crate::params::PTensor>; 4],
+    pub tensors: Tensors,
+}
+
+/// The parameter tensors of the embedding, the head and one layer of each kind.
+pub(crate) struct Tensors {
+    pub emb: Vec<crate::params::PTensor>,
+    pub head: Vec<crate::params::PTensor>,
+    pub layers: Vec<Vec<crate::params::PTensor>>,
 }
 
 /// Whether a layout holds a tied embedding and LM head as two parameters: torchtitan's
@@ -368,12 +374,15 @@ pub(crate) fn prepare(s: &Scenario, model: &Architecture) -> Prepared {
     let first = Stretches::new(&ctx, mode, tape::Grads::New);
     let later = (par.grad_accum > 1 || par.pp > 1)
         .then(|| Stretches::new(&ctx, mode, tape::Grads::Accumulate));
-    let tensors = [
-        crate::params::embedding(&a),
-        crate::params::head(&a),
-        crate::params::layer(&a, false),
-        crate::params::layer(&a, true),
-    ];
+    let tensors = Tensors {
+        emb: crate::params::embedding(&a),
+        head: crate::params::head(&a),
+        layers: a
+            .kinds()
+            .into_iter()
+            .map(|k| crate::params::layer(&a, k))
+            .collect(),
+    };
     Prepared {
         a,
         first,
@@ -544,29 +553,26 @@ fn rank_step(
         crate::scenario::Schedule::Interleaved(v) if pp > 1 => v,
         _ => 1,
     };
-    let first_moe = a.moe.as_ref().map_or(a.layers, |m| m.first_dense_layers);
     let chunk_parts: Vec<step::Part> = (0..v)
         .map(|j| {
             let vs = j * pp + r;
             let (from, to) = stage_layers(a.layers, pp * v, vs);
-            let dense_n = first_moe.clamp(from, to) - from;
             step::Part {
                 first: vs == 0,
                 last: vs + 1 == pp * v,
-                dense: dense_n,
-                moe: (to - from) - dense_n,
+                runs: a.runs(from, to),
                 hold_embeds: pp == 1,
             }
         })
         .collect();
+    // All of this rank's chunks together (for what is counted, not ordered).
     let part = step::Part {
         first: chunk_parts.iter().any(|c| c.first),
         last: chunk_parts.iter().any(|c| c.last),
-        dense: chunk_parts.iter().map(|c| c.dense).sum(),
-        moe: chunk_parts.iter().map(|c| c.moe).sum(),
+        runs: chunk_parts.iter().flat_map(|c| c.runs.clone()).collect(),
         hold_embeds: pp == 1,
     };
-    let [emb_t, head_t, dense_t, moe_t] = &pr.tensors;
+    let (emb_t, head_t) = (&pr.tensors.emb, &pr.tensors.head);
     let unit = |ts: &[params::PTensor]| -> step::Unit {
         let local = params::local_numel(ts, tp, 1) as f64;
         let shard = params::shard_numel(ts, tp, 1, n) as f64;
@@ -587,12 +593,13 @@ fn rank_step(
         0.0
     };
     // Persistent states of this rank.
-    let all: [(u64, &[params::PTensor]); 4] = [
+    let mut all: Vec<(u64, &[params::PTensor])> = vec![
         (u64::from(part.first), emb_t),
         (u64::from(part.last), head_t),
-        (part.dense, dense_t),
-        (part.moe, moe_t),
     ];
+    for (i, ts) in pr.tensors.layers.iter().enumerate() {
+        all.push((part.count(i), ts));
+    }
     let mut held = 0.0;
     let mut optim = 0.0;
     for (k, ts) in &all {
@@ -622,16 +629,14 @@ fn rank_step(
             ..unit(emb_t)
         },
         head: unit(head_t),
-        dense: unit(dense_t),
-        moe: unit(moe_t),
+        layers: pr.tensors.layers.iter().map(|ts| unit(ts)).collect(),
     };
     let f = if cpu {
         let off = |u: step::Unit| step::Unit { grad: 0.0, ..u };
         step::Fsdp2 {
             emb: off(f.emb),
             head: off(f.head),
-            dense: off(f.dense),
-            moe: off(f.moe),
+            layers: f.layers.iter().map(|&u| off(u)).collect(),
             ..f
         }
     } else {
@@ -737,8 +742,11 @@ fn rank_step(
     if cap.is_finite() {
         let fwd = |st: &Stretches, c: &step::Part| {
             let pick = |on: bool, x: f64| if on { x } else { 0.0 };
-            let layers = st.dense.fwd.delta.total() * c.dense as f64
-                + st.moe.map_or(0.0, |m| m.fwd.delta.total()) * c.moe as f64
+            let layers = c
+                .runs
+                .iter()
+                .map(|&(i, n)| st.layers[i].fwd.delta.total() * n as f64)
+                .sum::<f64>()
                 + pick(c.first, st.emb.fwd.delta.total())
                 + pick(
                     c.last,
@@ -762,8 +770,11 @@ fn rank_step(
             let held = if fsdp && m > 1 {
                 let ug = |p: &tape::Profile| p.bwd.delta.get(Cat::Gradients).max(0.0);
                 let pick = |on: bool, x: f64| if on { x } else { 0.0 };
-                let grads = ug(&first.dense) * part.dense as f64
-                    + first.moe.as_ref().map_or(0.0, ug) * part.moe as f64
+                let grads = part
+                    .runs
+                    .iter()
+                    .map(|&(i, n)| ug(&first.layers[i]) * n as f64)
+                    .sum::<f64>()
                     + pick(part.first, ug(&first.emb))
                     + pick(part.last, ug(&first.head) + ug(&first.loss));
                 grads * rdt.bytes() / cdt.bytes()
@@ -780,10 +791,12 @@ fn rank_step(
             // loss on the last stage, the top layer elsewhere) rises above that.
             let top = if part.last {
                 first.loss.bwd.peak.total()
-            } else if part.moe > 0 {
-                first.moe.map_or(0.0, |m| m.bwd.peak.total())
             } else {
-                first.dense.bwd.peak.total()
+                // The top layer of the stage's last chunk.
+                chunk_parts
+                    .last()
+                    .and_then(|c| c.runs.last())
+                    .map_or(0.0, |&(i, _)| first.layers[i].bwd.peak.total())
             };
             let at_first_backward = k * f + top.max(0.0);
             if steady {
@@ -807,7 +820,7 @@ fn rank_step(
                 },
                 grads: 0.0,
                 host,
-                layers: part.dense + part.moe,
+                layers: part.layers(),
                 in_flight: 0.0,
             };
         }
@@ -847,8 +860,8 @@ fn rank_step(
             chunk_parts
                 .iter()
                 .map(|c| step::FsdpChunk {
-                    new: step::FsdpPart::new(first, first, &f, *c),
-                    acc: step::FsdpPart::new(later, first, &f, *c),
+                    new: step::FsdpPart::new(first, first, &f, c.clone()),
+                    acc: step::FsdpPart::new(later, first, &f, c.clone()),
                     io: act,
                 })
                 .collect()
@@ -871,8 +884,11 @@ fn rank_step(
             let u = |x: &step::Unit, n: u64| x.grad * n as f64;
             u(&f.emb, u64::from(part.first))
                 + u(&f.head, u64::from(part.last))
-                + u(&f.dense, part.dense)
-                + u(&f.moe, part.moe)
+                + f.layers
+                    .iter()
+                    .enumerate()
+                    .map(|(i, x)| u(x, part.count(i)))
+                    .sum::<f64>()
         } else {
             held * p.grads.bytes()
         };
@@ -881,15 +897,18 @@ fn rank_step(
             prog,
             grads,
             host,
-            layers: part.dense + part.moe,
+            layers: part.layers(),
             in_flight: k,
         };
     }
     let (prog, grads) = if fsdp {
         let grads = f.emb.grad
             + f.head.grad
-            + part.dense as f64 * f.dense.grad
-            + part.moe as f64 * f.moe.grad;
+            + f.layers
+                .iter()
+                .enumerate()
+                .map(|(i, x)| part.count(i) as f64 * x.grad)
+                .sum::<f64>();
         (step::fsdp2(a, first, &f, m, opt_temp), grads)
     } else {
         // Later micro-batches add into the gradients in place.
@@ -901,7 +920,7 @@ fn rank_step(
         prog,
         grads,
         host,
-        layers: part.dense + part.moe,
+        layers: part.layers(),
         in_flight: 1.0,
     }
 }
@@ -1172,8 +1191,12 @@ impl DpStates {
 /// output layer) when that is larger.
 fn fsdp_unit_params(a: &Architecture) -> f64 {
     let pc = a.params();
-    let layer = |moe: bool| a.layer_params(moe).map_or(0, |l| l.0);
-    let layer_max = layer(false).max(if a.moe.is_some() { layer(true) } else { 0 });
+    let layer_max = a
+        .kinds()
+        .into_iter()
+        .map(|k| a.layer_params(k).map_or(0, |l| l.0))
+        .max()
+        .unwrap_or(0);
     let root = pc.embedding + pc.lm_head + pc.final_norm + pc.positions;
     layer_max.max(root) as f64
 }
@@ -1266,8 +1289,8 @@ fn param_tensors(a: &Architecture) -> Vec<(u64, u64, u64)> {
         }
     };
     let pc = a.params();
-    let dense = a.moe.as_ref().map_or(a.layers, |m| m.first_dense_layers);
-    let moe_layers = a.layers - dense;
+    let moe_layers = (0..a.layers).filter(|&l| a.layer_kind(l).moe).count() as u64;
+    let dense = a.layers - moe_layers;
     for (_, l) in a.attention_linears() {
         lin(a.layers, l);
     }
@@ -1301,7 +1324,7 @@ fn param_tensors(a: &Architecture) -> Vec<(u64, u64, u64)> {
 /// (count, rows, cols) of the LoRA adapters (A: r × in, B: out × r) on `targets`.
 fn lora_params(a: &Architecture, targets: &[String], r: u64) -> Vec<(u64, u64, u64)> {
     let mut v = Vec::new();
-    let dense = a.moe.as_ref().map_or(a.layers, |m| m.first_dense_layers);
+    let dense = (0..a.layers).filter(|&l| !a.layer_kind(l).moe).count() as u64;
     let mut mods = a
         .attention_linears()
         .into_iter()
@@ -1356,9 +1379,9 @@ fn train_step(
     if grads < grads_full && grads_full > 0.0 {
         let f = grads / grads_full;
         let g = Cat::Gradients as usize;
-        for p in [&mut st.emb, &mut st.dense, &mut st.head, &mut st.loss]
+        for p in [&mut st.emb, &mut st.head, &mut st.loss]
             .into_iter()
-            .chain(st.moe.as_mut())
+            .chain(st.layers.iter_mut())
         {
             p.bwd.delta.0[g] *= f;
             p.bwd.peak.0[g] *= f;
@@ -1401,7 +1424,6 @@ fn inference(
 ) -> (f64, String, f64, Bytes) {
     let ctx = Ctx::new(s, a, false);
     let st = Stretches::new(&ctx, tape::Mode::NoGrad, tape::Grads::New);
-    let (dense_n, moe_n) = step::layer_counts(a);
     tl.push(Point {
         phase: "weights".into(),
         bytes: weights as u64,
@@ -1419,11 +1441,13 @@ fn inference(
             st.embeds_hold,
             w(Phase::PrefillEmbedding),
         ));
-    if dense_n > 0 {
-        seg = seg.then(st.dense.fwd.repeat(dense_n).in_phase(Phase::Prefill));
-    }
-    if let Some(m) = &st.moe {
-        seg = seg.then(m.fwd.repeat(moe_n).in_phase(Phase::PrefillMoe));
+    for (i, n) in a.runs(0, a.layers) {
+        let phase = if st.kinds[i].moe {
+            Phase::PrefillMoe
+        } else {
+            Phase::Prefill
+        };
+        seg = seg.then(st.layers[i].fwd.repeat(n).in_phase(phase));
     }
     seg = seg.then(Seg {
         delta: Bytes::default(),

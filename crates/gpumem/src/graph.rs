@@ -990,7 +990,8 @@ impl<'c, 'a> Builder<'c, 'a> {
     }
 
     /// One decoder layer over `x`; returns its output.
-    pub fn decoder_layer(&mut self, x: Tid, moe_layer: bool) -> Tid {
+    pub fn decoder_layer(&mut self, x: Tid, kind: crate::arch::LayerKind) -> Tid {
+        let moe_layer = kind.moe;
         let ctx = self.ctx;
         let a = ctx.arch;
         let h = a.hidden as f64;

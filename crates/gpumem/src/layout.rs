@@ -127,12 +127,16 @@ impl GpuParams {
                 .map(|(_, l)| l.params() as f64)
                 .sum()
         };
-        let (dense_total, _, _) = a.layer_params(false).unwrap_or_default();
+        let (dense_total, _, _) = a
+            .layer_params(crate::arch::LayerKind { moe: false })
+            .unwrap_or_default();
         let norms = dense_total as f64 - attn_full - mlp(a.intermediate);
         let dense = attn + mlp(a.intermediate) / t + norms;
         let (moe, experts) = match &a.moe {
             Some(m) => {
-                let (total, routed, _) = a.layer_params(true).unwrap_or_default();
+                let (total, routed, _) = a
+                    .layer_params(crate::arch::LayerKind { moe: true })
+                    .unwrap_or_default();
                 let shared = mlp(m.expert_intermediate) * m.shared_experts as f64;
                 let router = (total - routed) as f64 - attn_full - shared - norms;
                 (attn + shared / t + router + norms, routed as f64 / ep / t)

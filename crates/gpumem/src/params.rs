@@ -6,7 +6,7 @@
 //! over 64 ranks leave each rank a whole expert), and tensor parallelism splits some
 //! tensors along their rows and others along their columns.
 
-use crate::arch::{Architecture, Family};
+use crate::arch::{Architecture, Family, LayerKind};
 
 /// How tensor parallelism divides a tensor (torchtitan's plan on the Hugging Face modules).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,7 +70,8 @@ impl PTensor {
 }
 
 /// The tensors of one decoder layer (`moe`: a mixture-of-experts layer).
-pub fn layer(a: &Architecture, moe: bool) -> Vec<PTensor> {
+pub fn layer(a: &Architecture, kind: LayerKind) -> Vec<PTensor> {
+    let moe = kind.moe;
     let mut v = Vec::new();
     let h = a.hidden;
     let norm = |v: &mut Vec<PTensor>, w: u64| {
@@ -192,11 +193,13 @@ mod tests {
     fn tensors_add_up_to_the_parameter_count() {
         for p in crate::presets::all() {
             let a = &p.arch;
-            let (dense, moe) = crate::step::layer_counts(a);
-            let n = local_numel(&embedding(a), 1, 1)
-                + local_numel(&head(a), 1, 1)
-                + dense * local_numel(&layer(a, false), 1, 1)
-                + moe * local_numel(&layer(a, true), 1, 1);
+            let layers: u64 = a
+                .kinds()
+                .into_iter()
+                .zip(a.kind_counts(0, a.layers))
+                .map(|(k, n)| n * local_numel(&layer(a, k), 1, 1))
+                .sum();
+            let n = local_numel(&embedding(a), 1, 1) + local_numel(&head(a), 1, 1) + layers;
             assert_eq!(n, a.params().total, "{}", p.name);
         }
     }
@@ -217,8 +220,8 @@ mod tests {
     #[test]
     fn tensor_parallel_splits_rows_or_columns() {
         let a = crate::presets::find("llama3.1-8b").unwrap().arch;
-        let full = local_numel(&layer(&a, false), 1, 1);
-        let tp8 = local_numel(&layer(&a, false), 8, 1);
+        let full = local_numel(&layer(&a, LayerKind::default()), 1, 1);
+        let tp8 = local_numel(&layer(&a, LayerKind::default()), 8, 1);
         // Everything but the two norms is split.
         assert_eq!(tp8, (full - 2 * 4096) / 8 + 2 * 4096);
     }

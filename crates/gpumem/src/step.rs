@@ -3,7 +3,7 @@
 //! units, reduce-scatter inputs, gradient buckets) added at the boundaries where they are
 //! allocated and freed, identical layers composed in closed form.
 
-use crate::arch::Architecture;
+use crate::arch::{Architecture, LayerKind};
 use crate::dtype::DType;
 use crate::graph::{Builder, Ctx};
 use crate::mem::{Bytes, Cat, Phase, Seg, Where};
@@ -12,8 +12,9 @@ use crate::tape::{self, Grads, Profile};
 /// The profiles of one GPU's stretches: embedding, each kind of decoder layer, LM head, loss.
 pub(crate) struct Stretches {
     pub emb: Profile,
-    pub dense: Profile,
-    pub moe: Option<Profile>,
+    /// One profile per kind of decoder layer, as [`Architecture::kinds`] orders them.
+    pub layers: Vec<Profile>,
+    pub kinds: Vec<LayerKind>,
     /// Final norm and LM head (logits).
     pub head: Profile,
     /// Upcast, log-softmax and the loss (or a fused linear + cross-entropy's whole op).
@@ -48,7 +49,7 @@ impl Stretches {
         let first_rg = pre.tape.requires_grad(first);
         let emb = run(&pre, tape::Mode::Normal.or_nograd(mode));
         let resid = if ctx.autocast { DType::F32 } else { ctx.c };
-        let layer = |moe: bool| -> Profile {
+        let layer = |kind: LayerKind| -> Profile {
             let mut b = Builder::new(ctx);
             let x = b.input(
                 ctx.tsp * h,
@@ -58,19 +59,14 @@ impl Stretches {
                 // exception.
                 first_rg || ctx.train,
             );
-            b.decoder_layer(x, moe);
+            b.decoder_layer(x, kind);
             for k in b.kv.clone() {
                 b.tape.keep(k);
             }
             run(&b, mode)
         };
-        let dense_n = a.moe.as_ref().map_or(a.layers, |m| m.first_dense_layers);
-        let dense = if dense_n > 0 {
-            layer(false)
-        } else {
-            Profile::default()
-        };
-        let moe = a.moe.as_ref().map(|_| layer(true));
+        let kinds = a.kinds();
+        let layers: Vec<Profile> = kinds.iter().map(|&k| layer(k)).collect();
         let mut hb = Builder::new(ctx);
         let x = hb.input(ctx.tsp * h, resid, ctx.train);
         if !ctx.train {
@@ -79,8 +75,8 @@ impl Stretches {
             let head = run(&hb, tape::Mode::NoGrad);
             return Stretches {
                 emb,
-                dense,
-                moe,
+                layers,
+                kinds,
                 head,
                 loss: Profile::default(),
                 embeds_hold: ctx.t * h * if ctx.autocast { 4.0 } else { ctx.c.bytes() },
@@ -100,13 +96,14 @@ impl Stretches {
         lb.loss(l);
         let loss = run(&lb, tape::Mode::Normal.or_nograd(mode));
         // The layer input is freed during the layer's forward unless a saved tensor is it.
-        let input_freed = dense.fwd.delta.total() < dense.out_bytes - 1.0
+        let l0 = &layers[0];
+        let input_freed = l0.fwd.delta.total() < l0.out_bytes - 1.0
             || a.learned_positions.is_some()
             || !ctx.train;
         Stretches {
             emb,
-            dense,
-            moe,
+            layers,
+            kinds,
             head,
             loss,
             embeds_hold: if input_freed {
@@ -122,10 +119,22 @@ impl Stretches {
     }
 }
 
-/// (dense layers, MoE layers).
-pub(crate) fn layer_counts(a: &Architecture) -> (u64, u64) {
-    let dense_n = a.moe.as_ref().map_or(a.layers, |m| m.first_dense_layers);
-    (dense_n, a.layers - dense_n)
+impl Stretches {
+    /// The phases a layer of kind `i` runs in: (forward, backward).
+    fn phases(&self, i: usize) -> (Phase, Phase) {
+        if self.kinds[i].moe {
+            (Phase::FwdMoeLayer, Phase::BwdMoeLayer)
+        } else {
+            (Phase::FwdLayer, Phase::BwdLayer)
+        }
+    }
+
+    /// What autocast's weight cache holds after the forward of `part`'s layers.
+    fn cached(&self, part: &Part) -> Bytes {
+        part.runs.iter().fold(Bytes::default(), |acc, &(i, n)| {
+            acc.plus(self.layers[i].fwd_cached.scale(n as f64))
+        })
+    }
 }
 
 fn at(phase: Phase) -> Where {
@@ -162,14 +171,15 @@ impl Program {
 }
 
 /// Which part of the model a GPU runs: all of it, or one pipeline stage.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Part {
     /// Holds the embedding (the first stage).
     pub first: bool,
     /// Holds the final norm, the LM head and the loss (the last stage).
     pub last: bool,
-    pub dense: u64,
-    pub moe: u64,
+    /// Its decoder layers in order, as runs of one kind: (index into
+    /// [`Architecture::kinds`], how many).
+    pub runs: Vec<(usize, u64)>,
     /// The model keeps the embedding's output referenced through the forward
     /// (`inputs_embeds` in a Hugging Face model's forward; a pipeline stage does not).
     pub hold_embeds: bool,
@@ -177,14 +187,22 @@ pub(crate) struct Part {
 
 impl Part {
     pub(crate) fn whole(a: &Architecture) -> Part {
-        let (dense, moe) = layer_counts(a);
         Part {
             first: true,
             last: true,
-            dense,
-            moe,
+            runs: a.runs(0, a.layers),
             hold_embeds: true,
         }
+    }
+
+    /// How many decoder layers it holds.
+    pub(crate) fn layers(&self) -> u64 {
+        self.runs.iter().map(|r| r.1).sum()
+    }
+
+    /// How many layers of kind `i` it holds.
+    pub(crate) fn count(&self, i: usize) -> u64 {
+        self.runs.iter().filter(|r| r.0 == i).map(|r| r.1).sum()
     }
 }
 
@@ -199,11 +217,8 @@ fn forward(st: &Stretches, part: &Part, p: &mut Program, points: bool) {
         p.then(st.emb.fwd.in_phase(Phase::FwdEmbedding));
         p.then(Seg::alloc(Cat::Activations, hold, at(Phase::FwdEmbedding)));
     }
-    if part.dense > 0 {
-        p.then(st.dense.fwd.repeat(part.dense).in_phase(Phase::FwdLayer));
-    }
-    if let (Some(m), true) = (&st.moe, part.moe > 0) {
-        p.then(m.fwd.repeat(part.moe).in_phase(Phase::FwdMoeLayer));
+    for &(i, n) in &part.runs {
+        p.then(st.layers[i].fwd.repeat(n).in_phase(st.phases(i).0));
     }
     if points {
         p.point("forward: after the layers");
@@ -214,10 +229,7 @@ fn forward(st: &Stretches, part: &Part, p: &mut Program, points: bool) {
     }
     // Leaving the forward: inputs_embeds dropped; autocast's cache cleared.
     p.then(Seg::free(Cat::Activations, hold, at(Phase::FwdHead)));
-    let cached = st.dense.fwd_cached.scale(part.dense as f64).plus(
-        st.moe
-            .map_or(Bytes::default(), |m| m.fwd_cached.scale(part.moe as f64)),
-    );
+    let cached = st.cached(part);
     p.then(Seg {
         delta: Bytes::default().minus(cached),
         peak: Bytes::default(),
@@ -234,11 +246,8 @@ fn backward(st: &Stretches, part: &Part, p: &mut Program) {
         p.then(st.loss.bwd.in_phase(Phase::BwdHead));
         p.then(st.head.bwd.in_phase(Phase::BwdHead));
     }
-    if let (Some(m), true) = (&st.moe, part.moe > 0) {
-        p.then(m.bwd.repeat(part.moe).in_phase(Phase::BwdMoeLayer));
-    }
-    if part.dense > 0 {
-        p.then(st.dense.bwd.repeat(part.dense).in_phase(Phase::BwdLayer));
+    for &(i, n) in part.runs.iter().rev() {
+        p.then(st.layers[i].bwd.repeat(n).in_phase(st.phases(i).1));
     }
     if part.first {
         p.then(st.emb.bwd.in_phase(Phase::BwdEmbedding));
@@ -777,7 +786,7 @@ pub(crate) struct Unit {
 }
 
 /// FSDP2 (`fully_shard`) as torchtitan applies it.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Fsdp2 {
     /// torchtitan's wrapping: the embedding, each layer, [final norm, LM head], and a root
     /// holding nothing; otherwise each layer and a root holding the embedding and head.
@@ -789,8 +798,8 @@ pub(crate) struct Fsdp2 {
     pub loss_outside: bool,
     pub emb: Unit,
     pub head: Unit,
-    pub dense: Unit,
-    pub moe: Unit,
+    /// One unit per kind of decoder layer, as [`Architecture::kinds`] orders them.
+    pub layers: Vec<Unit>,
 }
 
 fn w(phase: Phase, what: &'static str) -> Where {
@@ -918,37 +927,24 @@ impl<'a> FsdpPart<'a> {
     /// bytes the reduce-scatters free).
     pub(crate) fn new(st: &'a Stretches, grads: &Stretches, f: &'a Fsdp2, part: Part) -> Self {
         let ug = |pr: &Profile| pr.bwd.delta.get(Cat::Gradients).max(0.0);
-        let runs = [
-            (
-                part.dense,
-                &st.dense,
-                ug(&grads.dense),
-                f.dense,
-                Phase::FwdLayer,
-                Phase::BwdLayer,
-            ),
-            (
-                part.moe,
-                st.moe.as_ref().unwrap_or(&st.dense),
-                grads.moe.as_ref().map_or(0.0, ug),
-                f.moe,
-                Phase::FwdMoeLayer,
-                Phase::BwdMoeLayer,
-            ),
-        ]
-        .into_iter()
-        .filter(|r| r.0 > 0)
-        .map(|(n, p, ug, unit, fwd, bwd)| LayerRun {
-            n,
-            p,
-            unit,
-            ug,
-            fwd,
-            bwd,
-        })
-        .collect();
+        let runs = part
+            .runs
+            .iter()
+            .map(|&(i, n)| {
+                let (fwd, bwd) = st.phases(i);
+                LayerRun {
+                    n,
+                    p: &st.layers[i],
+                    unit: f.layers[i],
+                    ug: ug(&grads.layers[i]),
+                    fwd,
+                    bwd,
+                }
+            })
+            .collect();
         let pick = |on: bool, u: Unit| if on { u } else { Unit::default() };
         let (e, h) = (pick(part.first, f.emb), pick(part.last, f.head));
+        let (first, last) = (part.first, part.last);
         FsdpPart {
             st,
             f,
@@ -962,8 +958,8 @@ impl<'a> FsdpPart<'a> {
                 redistribute: e.redistribute + h.redistribute,
                 acc_ratio: e.acc_ratio.max(h.acc_ratio),
             },
-            ug_emb: if part.first { ug(&grads.emb) } else { 0.0 },
-            ug_head: if part.last {
+            ug_emb: if first { ug(&grads.emb) } else { 0.0 },
+            ug_head: if last {
                 ug(&grads.head) + ug(&grads.loss)
             } else {
                 0.0
@@ -1015,10 +1011,7 @@ impl<'a> FsdpPart<'a> {
             p.then(st.loss.fwd.in_phase(Phase::FwdHead));
         }
         p.then(Seg::free(Cat::Activations, hold, at(Phase::FwdHead)));
-        let cached = st.dense.fwd_cached.scale(part.dense as f64).plus(
-            st.moe
-                .map_or(Bytes::default(), |m| m.fwd_cached.scale(part.moe as f64)),
-        );
+        let cached = st.cached(part);
         p.then(Seg {
             delta: Bytes::default().minus(cached),
             peak: Bytes::default(),
