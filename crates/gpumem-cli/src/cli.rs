@@ -237,6 +237,13 @@ pub struct ScenarioFlags {
     #[arg(long, value_name = "on|off", help_heading = "Parallelism", value_parser = on_off)]
     pub loss_parallel: Option<bool>,
 
+    /// Megatron-LM: keep and reduce the gradient buffer in bf16 (--grad-reduce-in-bf16)
+    ///
+    /// Megatron accumulates gradients in an fp32 buffer by default (4 bytes per parameter);
+    /// this halves it. Needs --framework megatron.
+    #[arg(long, help_heading = "Parallelism")]
+    pub grad_reduce_in_bf16: bool,
+
     /// FSDP units: layers (each decoder layer, and the root) or titan (torchtitan's)
     ///
     /// titan: the embedding, each decoder layer, the final norm with lm_head, and the root,
@@ -407,6 +414,10 @@ pub fn apply(
         ("virtual_stages", s.virtual_stages.map(Value::from)),
         ("sp", s.sp.map(Value::Bool)),
         ("loss_parallel", s.loss_parallel.map(Value::Bool)),
+        (
+            "grad_reduce_in_bf16",
+            s.grad_reduce_in_bf16.then_some(Value::Bool(true)),
+        ),
         ("wrap", text(&s.wrap)),
         ("offload", text(&s.offload)),
     ]

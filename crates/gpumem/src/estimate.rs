@@ -293,12 +293,15 @@ pub fn estimate(s: &Scenario) -> Result<Estimate> {
 /// run (or uses what this path does not model yet: LoRA, offload, ZeRO-1).
 fn estimate_pytorch_dp(s: &Scenario, name: &str, a: &Architecture) -> Option<Result<Estimate>> {
     let par = &s.parallel;
-    if s.mode != Mode::Train
-        || par.framework != Framework::Fsdp
-        || (par.dp < 2 && par.tp < 2 && par.pp < 2 && par.cp < 2)
-        || par.ep > 1
-        || !matches!(s.finetune, Finetune::Full)
-    {
+    if s.mode != Mode::Train || !matches!(s.finetune, Finetune::Full) {
+        return None;
+    }
+    let on = match par.framework {
+        Framework::Fsdp => (par.dp > 1 || par.tp > 1 || par.pp > 1 || par.cp > 1) && par.ep == 1,
+        Framework::Megatron => par.ep == 1,
+        Framework::DeepSpeed => false,
+    };
+    if !on {
         return None;
     }
     Some(pytorch_dp(s, name, a))
@@ -335,6 +338,22 @@ pub(crate) struct Prepared {
     pub later: Option<Stretches>,
     pub untied_note: Option<&'static str>,
     pub tensors: Tensors,
+    /// Each decoder layer's kind, as an index into [`Architecture::kinds`].
+    pub kind_of: Vec<usize>,
+}
+
+impl Prepared {
+    /// Runs of layers of one kind over layers `lo..hi` (as [`Architecture::runs`]).
+    fn runs(&self, lo: u64, hi: u64) -> Vec<(usize, u64)> {
+        let mut v: Vec<(usize, u64)> = Vec::new();
+        for &i in &self.kind_of[lo as usize..hi as usize] {
+            match v.last_mut() {
+                Some((j, n)) if *j == i => *n += 1,
+                _ => v.push((i, 1)),
+            }
+        }
+        v
+    }
 }
 
 /// The parameter tensors of the embedding, the head and one layer of each kind.
@@ -356,8 +375,15 @@ pub(crate) fn unties(s: &Scenario, model: &Architecture) -> bool {
 pub(crate) fn prepare(s: &Scenario, model: &Architecture) -> Prepared {
     let par = &s.parallel;
     let untie = unties(s, model);
+    let megatron = par.framework == Framework::Megatron;
     let a = Architecture {
         tied_embeddings: model.tied_embeddings && !untie,
+        // Megatron pads the vocabulary to a multiple of 128 × tp.
+        vocab: if megatron {
+            crate::layout::padded_vocab(model.vocab, par.tp, par.framework)
+        } else {
+            model.vocab
+        },
         ..model.clone()
     };
     let untied_note = untie.then_some(if par.pp > 1 {
@@ -371,9 +397,15 @@ pub(crate) fn prepare(s: &Scenario, model: &Architecture) -> Prepared {
     } else {
         tape::Mode::Normal
     };
-    let first = Stretches::new(&ctx, mode, tape::Grads::New);
-    let later = (par.grad_accum > 1 || par.pp > 1)
-        .then(|| Stretches::new(&ctx, mode, tape::Grads::Accumulate));
+    // Megatron adds every gradient into its own buffer; PyTorch makes `.grad` on the first
+    // micro-batch and adds into it on the later ones.
+    let (g_first, g_later) = if megatron && par.zero < 2 {
+        (tape::Grads::IntoBuffer, tape::Grads::IntoBuffer)
+    } else {
+        (tape::Grads::New, tape::Grads::Accumulate)
+    };
+    let first = Stretches::new(&ctx, mode, g_first);
+    let later = (par.grad_accum > 1 || par.pp > 1).then(|| Stretches::new(&ctx, mode, g_later));
     let tensors = Tensors {
         emb: crate::params::embedding(&a),
         head: crate::params::head(&a),
@@ -383,7 +415,15 @@ pub(crate) fn prepare(s: &Scenario, model: &Architecture) -> Prepared {
             .map(|k| crate::params::layer(&a, k))
             .collect(),
     };
+    let kinds = a.kinds();
+    let kind_of = (0..a.layers)
+        .map(|l| {
+            let k = a.layer_kind(l);
+            kinds.iter().position(|&x| x == k).unwrap_or(0)
+        })
+        .collect();
     Prepared {
+        kind_of,
         a,
         first,
         later,
@@ -531,6 +571,13 @@ fn rank_step(
     let fsdp = par.zero >= 2 && n > 1;
     let tp = par.tp;
     let pp = par.pp;
+    let megatron = par.framework == Framework::Megatron;
+    // Megatron's gradient buffer: bytes per parameter.
+    let main_grad = if par.grad_reduce_in_bf16 || p.compute() == DType::F16 {
+        2.0
+    } else {
+        4.0
+    };
     let say = r == 0 && notes.is_some();
     let mut note = |n: String| {
         if let Some(v) = notes.as_deref_mut() {
@@ -560,7 +607,7 @@ fn rank_step(
             step::Part {
                 first: vs == 0,
                 last: vs + 1 == pp * v,
-                runs: a.runs(from, to),
+                runs: pr.runs(from, to),
                 hold_embeds: pp == 1,
             }
         })
@@ -587,7 +634,7 @@ fn rank_step(
     };
     // Tensor parallelism: the embedding's gradient is made whole and cut to this rank's
     // rows (a copy) before it is reduced or stepped.
-    let emb_rows = if tp > 1 && part.first {
+    let emb_rows = if tp > 1 && part.first && !megatron {
         (a.vocab as f64 / tp as f64).ceil() * a.hidden as f64 * cdt.bytes()
     } else {
         0.0
@@ -681,6 +728,41 @@ fn rank_step(
                 }
             ));
         }
+    } else if megatron {
+        // Megatron-LM: the parameters in their training dtype, every gradient added into
+        // one persistent buffer (fp32 unless --grad-reduce-in-bf16), the fp32 master copy
+        // and the optimizer's states — sharded over the data-parallel (× context-parallel)
+        // ranks by the distributed optimizer.
+        base.add(Cat::Weights, held * p.weights.bytes());
+        base.add(Cat::Gradients, held * main_grad);
+        let mut master = p.master.map_or(0.0, |m| held * m.bytes());
+        if par.zero == 1 {
+            optim /= n as f64;
+            master /= n as f64;
+        }
+        if par.offload_optimizer {
+            host += master + optim;
+            master = 0.0;
+            optim = 0.0;
+        }
+        base.add(Cat::Master, master);
+        if say {
+            note(format!(
+                "Megatron-LM: {} parameters, a {} gradient buffer (main_grad), {}{}",
+                p.weights.name(),
+                if main_grad == 4.0 { "fp32" } else { "16-bit" },
+                if par.zero == 1 {
+                    format!("the distributed optimizer over {n} ranks")
+                } else {
+                    "the optimizer on every data-parallel rank".to_string()
+                },
+                if par.offload_optimizer {
+                    ", optimizer in CPU memory"
+                } else {
+                    ""
+                }
+            ));
+        }
     } else {
         base.add(Cat::Weights, held * p.weights.bytes());
         let mut master = p.master.map_or(0.0, |m| held * m.bytes());
@@ -726,7 +808,7 @@ fn rank_step(
     let h = a.hidden as f64;
     // Pipeline stages: the tensor a chunk receives and sends.
     let act = ctx.tsp * h * if ctx.autocast { 4.0 } else { ctx.c.bytes() };
-    if pp > 1 {
+    if pp > 1 && !megatron {
         // torch.distributed.pipelining: one receive buffer per micro-batch for each chunk's
         // input (not the first virtual stage) and one for its output's gradient (not the
         // last), allocated once and kept.
@@ -853,7 +935,7 @@ fn rank_step(
         } else {
             chunk_parts
                 .iter()
-                .map(|c| step::Chunk::new(first, later, c, act))
+                .map(|c| step::Chunk::new(first, later, c, act, megatron))
                 .collect()
         };
         let fsdp_chunks: Vec<step::FsdpChunk<'_>> = if fsdp {
@@ -889,6 +971,8 @@ fn rank_step(
                     .enumerate()
                     .map(|(i, x)| u(x, part.count(i)))
                     .sum::<f64>()
+        } else if megatron {
+            held * main_grad
         } else {
             held * p.grads.bytes()
         };
@@ -909,11 +993,12 @@ fn rank_step(
                 .enumerate()
                 .map(|(i, x)| part.count(i) as f64 * x.grad)
                 .sum::<f64>();
-        (step::fsdp2(a, first, &f, m, opt_temp), grads)
+        (step::fsdp2(first, &f, m, opt_temp), grads)
     } else {
         // Later micro-batches add into the gradients in place.
-        let prog = step::replicated(a, first, later, m, opt_temp);
-        (prog, held * p.grads.bytes())
+        let prog = step::replicated(first, later, m, opt_temp);
+        let g = if megatron { main_grad } else { p.grads.bytes() };
+        (prog, held * g)
     };
     RankStep {
         base,
@@ -1393,7 +1478,7 @@ fn train_step(
         Optimizer::Adam8bit => largest_param(a) as f64 * 4.0 * 2.0,
         _ => 0.0,
     };
-    let p = step::single(a, &st, opt_temp);
+    let p = step::single(&st, opt_temp);
     for (name, b) in &p.points {
         tl.push(Point {
             phase: (*name).into(),

@@ -12,6 +12,8 @@ use crate::dtype::DType;
 use crate::scenario::{Attention, Finetune, Loss, Recompute, Scenario};
 use crate::tape::{Cat, OpSpec, Tape, Tid};
 
+mod mcore;
+
 /// Which kernel PyTorch's `scaled_dot_product_attention` dispatches to (torch ≥ 2.5, Hopper):
 /// flash for fp16/bf16 with head_dim ≤ 256 (GQA included); memory-efficient for other dtypes
 /// when key/value heads equal query heads; the unfused math path otherwise (fp32 with GQA:
@@ -68,6 +70,16 @@ pub struct Ctx<'a> {
     /// Context parallelism: the ranks a sequence is split over (`seq` and `t` are this
     /// rank's slice).
     pub cp: f64,
+    /// The model runs as Megatron-LM's GPT model ([`mcore`]), not as transformers writes it.
+    pub megatron: bool,
+    /// Megatron's weight-gradient GEMMs write into its gradient buffer (gradient-
+    /// accumulation fusion): a linear's backward makes no gradient tensor. Off under
+    /// Megatron-FSDP, whose units reduce-scatter unsharded gradients.
+    pub fused_wgrad: bool,
+    /// Expert parallelism: the ranks the routed experts are spread over.
+    pub ep: f64,
+    /// MoE: tokens each expert takes, relative to an even share.
+    pub capacity_factor: f64,
 }
 
 /// How tensor parallelism splits a linear layer (torchtitan's Llama plan on the Hugging
@@ -102,6 +114,12 @@ impl<'a> Ctx<'a> {
         let t = batch * seq;
         Ctx {
             cp,
+            megatron: train && par.framework == crate::scenario::Framework::Megatron,
+            fused_wgrad: train
+                && par.framework == crate::scenario::Framework::Megatron
+                && par.zero < 2,
+            ep: if train { par.ep.max(1) } else { 1 } as f64,
+            capacity_factor: par.capacity_factor,
             arch,
             batch,
             seq,
@@ -991,6 +1009,9 @@ impl<'c, 'a> Builder<'c, 'a> {
 
     /// One decoder layer over `x`; returns its output.
     pub fn decoder_layer(&mut self, x: Tid, kind: crate::arch::LayerKind) -> Tid {
+        if self.ctx.megatron {
+            return self.mc_layer(x, kind);
+        }
         let moe_layer = kind.moe;
         let ctx = self.ctx;
         let a = ctx.arch;
@@ -1016,6 +1037,9 @@ impl<'c, 'a> Builder<'c, 'a> {
 
     /// Token (and position) embeddings; returns the first layer's input.
     pub fn embedding(&mut self) -> Tid {
+        if self.ctx.megatron {
+            return self.mc_embedding();
+        }
         let ctx = self.ctx;
         let a = ctx.arch;
         let t = ctx.t;
@@ -1141,6 +1165,9 @@ impl<'c, 'a> Builder<'c, 'a> {
     /// Training: the final norm and the LM head (or, with a fused loss, only the norm: the
     /// fused op does the head's matmul). Returns the output and its dtype.
     pub fn head_logits(&mut self, x: Tid) -> (Tid, DType) {
+        if self.ctx.megatron {
+            return self.mc_head(x);
+        }
         let ctx = self.ctx;
         let a = ctx.arch;
         let h = a.hidden as f64;
@@ -1181,6 +1208,9 @@ impl<'c, 'a> Builder<'c, 'a> {
     /// Training: the loss over the head's output `x` (the logits, which the caller keeps as
     /// `out.logits`; or the normed hidden state a fused loss takes).
     pub fn loss(&mut self, x: Tid) -> Tid {
+        if self.ctx.megatron {
+            return self.mc_loss(x);
+        }
         let ctx = self.ctx;
         let a = ctx.arch;
         let h = a.hidden as f64;

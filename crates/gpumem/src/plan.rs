@@ -558,7 +558,7 @@ struct Sweep<'a> {
     found: Vec<Found>,
 }
 
-type PrepKey = (u64, u64, u64, Recompute, bool, bool);
+type PrepKey = (u64, u64, u64, Recompute, bool, bool, bool);
 
 impl Sweep<'_> {
     /// Every layout on `g` GPUs; returns how many were considered.
@@ -769,7 +769,7 @@ impl Sweep<'_> {
 
     /// Whether the layout fits; those that do are kept.
     fn evaluate(&mut self, par: Parallel, b: u64, r: Recompute) -> bool {
-        let native = par.framework == Framework::Fsdp
+        let native = matches!(par.framework, Framework::Fsdp | Framework::Megatron)
             && par.ep == 1
             && matches!(self.s.finetune, crate::scenario::Finetune::Full);
         let (peak, host) = if native {
@@ -785,6 +785,9 @@ impl Sweep<'_> {
                 r,
                 untie,
                 par.grad_accum > 1 || par.pp > 1,
+                // Megatron replays its layers with fused weight gradients unless sharded
+                // by Megatron-FSDP.
+                par.framework == Framework::Megatron && par.zero >= 2,
             );
             let i = match self.prepared.iter().position(|(k, _)| *k == key) {
                 Some(i) => i,

@@ -128,6 +128,9 @@ pub struct Parallel {
     /// Tensor parallelism keeps the logits sharded over the vocabulary and computes the loss
     /// there (`loss_parallel()`); otherwise they are all-gathered on every rank.
     pub loss_parallel: bool,
+    /// Megatron-LM: the gradient buffer (`main_grad`) and its reduction in bf16
+    /// (`--grad-reduce-in-bf16`) instead of fp32.
+    pub grad_reduce_in_bf16: bool,
 }
 
 impl Default for Parallel {
@@ -149,6 +152,7 @@ impl Default for Parallel {
             capacity_factor: 1.0,
             wrap: Wrap::Layers,
             loss_parallel: true,
+            grad_reduce_in_bf16: false,
         }
     }
 }
@@ -801,6 +805,13 @@ fn parse_parallel(v: &Value) -> Result<Parallel> {
         }
     };
     p.loss_parallel = o.bool_opt("loss_parallel")?.unwrap_or(true);
+    p.grad_reduce_in_bf16 = o.bool_opt("grad_reduce_in_bf16")?.unwrap_or(false);
+    if p.grad_reduce_in_bf16 && p.framework != Framework::Megatron {
+        return Err(Error::new(
+            o.path("grad_reduce_in_bf16"),
+            "is a Megatron-LM option (framework \"megatron\")",
+        ));
+    }
     Ok(p)
 }
 

@@ -3,7 +3,7 @@
 //! units, reduce-scatter inputs, gradient buckets) added at the boundaries where they are
 //! allocated and freed, identical layers composed in closed form.
 
-use crate::arch::{Architecture, LayerKind};
+use crate::arch::LayerKind;
 use crate::dtype::DType;
 use crate::graph::{Builder, Ctx};
 use crate::mem::{Bytes, Cat, Phase, Seg, Where};
@@ -12,9 +12,11 @@ use crate::tape::{self, Grads, Profile};
 /// The profiles of one GPU's stretches: embedding, each kind of decoder layer, LM head, loss.
 pub(crate) struct Stretches {
     pub emb: Profile,
-    /// One profile per kind of decoder layer, as [`Architecture::kinds`] orders them.
+    /// One profile per kind of decoder layer, as [`Architecture::kinds`](crate::arch::Architecture::kinds) orders them.
     pub layers: Vec<Profile>,
     pub kinds: Vec<LayerKind>,
+    /// The whole model's layers as runs of one kind ([`Architecture::runs`](crate::arch::Architecture::runs)).
+    pub runs: Vec<(usize, u64)>,
     /// Final norm and LM head (logits).
     pub head: Profile,
     /// Upcast, log-softmax and the loss (or a fused linear + cross-entropy's whole op).
@@ -25,6 +27,9 @@ pub(crate) struct Stretches {
     /// What the caller keeps of a micro-batch until it drops the model's output
     /// (`out.logits`).
     pub kept: Bytes,
+    /// The first layer keeps its input until its backward (otherwise the input is freed
+    /// during the layer's forward).
+    pub input_kept: bool,
 }
 
 impl tape::Mode {
@@ -77,10 +82,12 @@ impl Stretches {
                 emb,
                 layers,
                 kinds,
+                runs: a.runs(0, a.layers),
                 head,
                 loss: Profile::default(),
                 embeds_hold: ctx.t * h * if ctx.autocast { 4.0 } else { ctx.c.bytes() },
                 kept: Bytes::default(),
+                input_kept: false,
             };
         }
         let (logits, logits_dtype) = hb.head_logits(x);
@@ -97,6 +104,7 @@ impl Stretches {
         let loss = run(&lb, tape::Mode::Normal.or_nograd(mode));
         // The layer input is freed during the layer's forward unless a saved tensor is it.
         let l0 = &layers[0];
+        let input_kept = l0.input_kept;
         let input_freed = l0.fwd.delta.total() < l0.out_bytes - 1.0
             || a.learned_positions.is_some()
             || !ctx.train;
@@ -104,14 +112,18 @@ impl Stretches {
             emb,
             layers,
             kinds,
+            runs: a.runs(0, a.layers),
             head,
             loss,
+            input_kept,
             embeds_hold: if input_freed {
                 ctx.tsp * h * if ctx.autocast { 4.0 } else { ctx.c.bytes() }
             } else {
                 0.0
             },
+            // Megatron's model returns the loss, not the logits.
             kept: match ctx.loss {
+                _ if ctx.megatron => Bytes::default(),
                 crate::scenario::Loss::Standard => Bytes::of(Cat::Logits, logits_bytes),
                 crate::scenario::Loss::Fused => Bytes::default(),
             },
@@ -178,7 +190,7 @@ pub(crate) struct Part {
     /// Holds the final norm, the LM head and the loss (the last stage).
     pub last: bool,
     /// Its decoder layers in order, as runs of one kind: (index into
-    /// [`Architecture::kinds`], how many).
+    /// [`Architecture::kinds`](crate::arch::Architecture::kinds), how many).
     pub runs: Vec<(usize, u64)>,
     /// The model keeps the embedding's output referenced through the forward
     /// (`inputs_embeds` in a Hugging Face model's forward; a pipeline stage does not).
@@ -186,11 +198,11 @@ pub(crate) struct Part {
 }
 
 impl Part {
-    pub(crate) fn whole(a: &Architecture) -> Part {
+    pub(crate) fn whole(st: &Stretches) -> Part {
         Part {
             first: true,
             last: true,
-            runs: a.runs(0, a.layers),
+            runs: st.runs.clone(),
             hold_embeds: true,
         }
     }
@@ -256,8 +268,8 @@ fn backward(st: &Stretches, part: &Part, p: &mut Program) {
 
 /// One micro-batch's forward and backward on a GPU that holds the whole model (a single
 /// GPU, or a DDP replica).
-fn micro_batch(a: &Architecture, st: &Stretches, p: &mut Program, points: bool) {
-    let part = Part::whole(a);
+fn micro_batch(st: &Stretches, p: &mut Program, points: bool) {
+    let part = Part::whole(st);
     forward(st, &part, p, points);
     backward(st, &part, p);
 }
@@ -292,10 +304,12 @@ fn around_backward(b: Seg, part: &Part, kept: Bytes, io: f64, after_first: bool)
     } else {
         Bytes::of(Cat::Activations, io)
     };
+    // (The buffer itself is counted by the caller; the replay frees the output's gradient
+    // as a temporary.)
     let recv = if part.last {
         Bytes::default()
     } else {
-        Bytes::of(Cat::Comm, io)
+        Bytes::of(Cat::Temporaries, io)
     };
     let sent = if part.first {
         Bytes::default()
@@ -317,6 +331,18 @@ fn around_backward(b: Seg, part: &Part, kept: Bytes, io: f64, after_first: bool)
         .then(moved(Bytes::default().minus(gone)))
 }
 
+/// torch.distributed.pipelining runs a chunk on its receive buffer (kept by the stage,
+/// counted by the caller): what the replay frees of the chunk's input — during the first
+/// layer's forward (`now` for a forward segment) or its backward — is given back.
+fn input_back(s: Seg, part: &Part, io: f64, now: bool) -> Seg {
+    if part.first || !now {
+        s
+    } else {
+        let at = s.at;
+        s.then(Seg::alloc(Cat::Activations, io, at))
+    }
+}
+
 /// One model chunk of a pipeline stage, its forward and backward as segments: `b_new` the
 /// first backward (which makes the chunk's gradients), `b_acc` the later ones.
 pub(crate) struct Chunk {
@@ -327,10 +353,52 @@ pub(crate) struct Chunk {
 
 impl Chunk {
     /// The chunk `part` of a stage; `io` is the bytes of the tensor it receives and sends.
-    pub(crate) fn new(first: &Stretches, later: &Stretches, part: &Part, io: f64) -> Chunk {
-        let f = seg_of(|q| forward(first, part, q, false));
-        let around =
-            |b: Seg, after_first: bool| around_backward(b, part, first.kept, io, after_first);
+    /// `megatron`: Megatron-LM's schedules instead of torch.distributed.pipelining's.
+    pub(crate) fn new(
+        first: &Stretches,
+        later: &Stretches,
+        part: &Part,
+        io: f64,
+        megatron: bool,
+    ) -> Chunk {
+        let mut f = seg_of(|q| forward(first, part, q, false));
+        if megatron {
+            let at = f.at;
+            // Megatron receives each micro-batch's input into a fresh tensor (which the
+            // first layer keeps for its backward), and frees the output's data once it
+            // is sent (`deallocate_output_tensor`: only its autograd node stays).
+            if !part.first {
+                f = Seg::alloc(Cat::Activations, io, at).then(f);
+            }
+            if !part.last {
+                f = f.then(Seg::free(Cat::Activations, io, at));
+            }
+            // The gradient of the output arrives in a fresh tensor the backward frees; the
+            // input's gradient is freed once sent.
+            let around = |b: Seg| {
+                let recv = if part.last { 0.0 } else { io };
+                let sent = if part.first { 0.0 } else { io };
+                let at = b.at;
+                Seg::alloc(Cat::Comm, recv, at)
+                    .then(b)
+                    .then(Seg::free(Cat::Temporaries, sent, at))
+            };
+            return Chunk {
+                f,
+                b_new: around(seg_of(|q| backward(first, part, q))),
+                b_acc: around(seg_of(|q| backward(later, part, q))),
+            };
+        }
+        f = input_back(f, part, io, !first.input_kept);
+        let around = |b: Seg, after_first: bool| {
+            around_backward(
+                input_back(b, part, io, first.input_kept),
+                part,
+                first.kept,
+                io,
+                after_first,
+            )
+        };
         Chunk {
             f,
             b_new: around(seg_of(|q| backward(first, part, q)), false),
@@ -486,7 +554,7 @@ pub(crate) fn pipeline_loop(
                        bwd_mb: &mut [u64],
                        state: &mut [FsdpState]|
      -> Seg {
-        match op {
+        let s = match op {
             PipeOp::F(c) => {
                 fwd_mb[c] += 1;
                 let s = if let Some(fc) = fsdp.get(c) {
@@ -496,6 +564,7 @@ pub(crate) fn pipeline_loop(
                         None => {
                             let mut out = state[c];
                             let seg = seg_of(|q| out = fc.new.forward(state[c], q, false));
+                            let seg = input_back(seg, &fc.new.part, fc.io, !fc.new.st.input_kept);
                             memo.push((key, seg, out));
                             (seg, out)
                         }
@@ -522,6 +591,7 @@ pub(crate) fn pipeline_loop(
                             let b = seg_of(|q| {
                                 out = st.backward(state[c], sync, false, after_first, q)
                             });
+                            let b = input_back(b, &fc.new.part, fc.io, fc.new.st.input_kept);
                             let seg = around_backward(
                                 b,
                                 &fc.new.part,
@@ -542,7 +612,8 @@ pub(crate) fn pipeline_loop(
                 };
                 in_micro_batch(s, bwd_mb[c], m)
             }
-        }
+        };
+        s
     };
     // Runs of the same op (warm-up forwards of one chunk) or the same pair (one forward, one
     // backward) compose as their second element repeated once the states it leaves stop
@@ -732,20 +803,19 @@ fn later_micro_batches(p: &mut Program, one: Seg, kept: Bytes, micro_batches: u6
 /// backward passes (`later`: the stretches as replayed once the gradients exist, which are
 /// then added into), then the optimizer step, which allocates `opt_temp` for itself.
 pub(crate) fn replicated(
-    a: &Architecture,
     first: &Stretches,
     later: Option<&Stretches>,
     micro_batches: u64,
     opt_temp: f64,
 ) -> Program {
     let mut p = Program::new();
-    micro_batch(a, first, &mut p, true);
+    micro_batch(first, &mut p, true);
     if let Some(l) = later {
         let mut q = Program {
             seg: Seg::default(),
             points: Vec::new(),
         };
-        micro_batch(a, l, &mut q, false);
+        micro_batch(l, &mut q, false);
         later_micro_batches(&mut p, q.seg, first.kept, micro_batches);
     }
     p.point("after backward");
@@ -759,8 +829,8 @@ pub(crate) fn replicated(
 }
 
 /// One micro-batch and the optimizer step on a single GPU.
-pub(crate) fn single(a: &Architecture, st: &Stretches, opt_temp: f64) -> Program {
-    replicated(a, st, None, 1, opt_temp)
+pub(crate) fn single(st: &Stretches, opt_temp: f64) -> Program {
+    replicated(st, None, 1, opt_temp)
 }
 
 /// Bytes of one FSDP2 unit on this rank.
@@ -798,7 +868,7 @@ pub(crate) struct Fsdp2 {
     pub loss_outside: bool,
     pub emb: Unit,
     pub head: Unit,
-    /// One unit per kind of decoder layer, as [`Architecture::kinds`] orders them.
+    /// One unit per kind of decoder layer, as [`Architecture::kinds`](crate::arch::Architecture::kinds) orders them.
     pub layers: Vec<Unit>,
 }
 
@@ -1166,10 +1236,11 @@ impl<'a> FsdpPart<'a> {
                 accumulate,
                 Phase::BwdEmbedding,
             ));
-            // The end of backward: the last reduce-scatter's input is released.
+            // The end of backward: the last reduce-scatter's input is released (the one
+            // before it was, by that reduce-scatter).
             p.then(Seg::free(
                 Cat::Comm,
-                unit.rs_in.max(if unit.rs_in > 0.0 { 0.0 } else { prev_rs }),
+                unit.rs_in,
                 w(Phase::BwdEmbedding, "FSDP reduce-scatter"),
             ));
             FsdpState::SHARDED
@@ -1193,14 +1264,8 @@ impl<'a> FsdpPart<'a> {
 
 /// A training step under FSDP2 with `micro_batches` micro-batches (gradient accumulation:
 /// each one reduce-scatters; the sharded gradients persist from the first).
-pub(crate) fn fsdp2(
-    a: &Architecture,
-    st: &Stretches,
-    f: &Fsdp2,
-    micro_batches: u64,
-    opt_temp: f64,
-) -> Program {
-    let fp = FsdpPart::new(st, st, f, Part::whole(a));
+pub(crate) fn fsdp2(st: &Stretches, f: &Fsdp2, micro_batches: u64, opt_temp: f64) -> Program {
+    let fp = FsdpPart::new(st, st, f, Part::whole(st));
     let mut p = Program::new();
     let s = fp.forward(FsdpState::SHARDED, &mut p, true);
     fp.backward(s, true, false, false, &mut p);

@@ -145,6 +145,7 @@ struct Op {
     bwd_temp: f64,
     param_grads: f64,
     passthrough: bool,
+    grad_in_saved: bool,
 }
 
 /// Where memory stood and peaked while replaying a stretch, relative to its start.
@@ -158,6 +159,8 @@ pub struct Profile {
     pub fwd_cached: Bytes,
     /// Bytes of the stretch's output tensor (included in `fwd.delta`).
     pub out_bytes: f64,
+    /// The stretch's input is still alive at the end of its forward (some op saved it).
+    pub input_kept: bool,
     /// Backward: the highest point above the backward's start, which holds the saved tensors
     /// and the grad of the output, not the output itself; net change (param grads + input
     /// grad − saved − output grad).
@@ -208,6 +211,10 @@ pub struct OpSpec<'a> {
     pub bwd_temp: f64,
     /// The op's input grads are its output grad itself (add): no allocation.
     pub passthrough: bool,
+    /// The backward writes its input's gradient into the storage it saved (Megatron's
+    /// vocabulary-parallel cross-entropy turns the saved softmax into the gradient in
+    /// place): no allocation, the saved storage lives on as the gradient.
+    pub grad_in_saved: bool,
 }
 
 impl Default for OpSpec<'_> {
@@ -223,6 +230,7 @@ impl Default for OpSpec<'_> {
             fwd_temp: 0.0,
             bwd_temp: 0.0,
             passthrough: false,
+            grad_in_saved: false,
         }
     }
 }
@@ -336,6 +344,7 @@ impl Tape {
                 0.0
             },
             passthrough: spec.passthrough,
+            grad_in_saved: spec.grad_in_saved,
         });
         out
     }
@@ -421,6 +430,11 @@ impl Tape {
             (fm.seg(Bytes::default()), alive)
         };
         prof.fwd = fm_seg;
+        prof.input_kept = self
+            .storages
+            .iter()
+            .enumerate()
+            .any(|(s, st)| st.external && alive_fwd[s]);
         prof.fwd_cached = self.cached_unsaved(&alive_fwd, saving, &is_saved);
         if mode == Mode::NoGrad {
             return prof;
@@ -647,8 +661,34 @@ impl Tape {
                             grad_of[t] = Some(g);
                         }
                         (None, false) => {
-                            gbuf.push((b, 1, grad_cat(t)));
-                            m.add(grad_cat(t), b, op.name, "grad of input");
+                            let reuse = op.saved.iter().next().map(|&x| self.tensors[x].storage);
+                            match reuse {
+                                Some(s)
+                                    if op.grad_in_saved
+                                        && alive[s]
+                                        && first_saver[s] == Some(i) =>
+                                {
+                                    // The saved storage becomes the gradient.
+                                    alive[s] = false;
+                                    m.sub(
+                                        self.storages[s].cat,
+                                        self.storages[s].bytes,
+                                        op.name,
+                                        "saved for backward",
+                                    );
+                                    gbuf.push((self.storages[s].bytes, 1, grad_cat(t)));
+                                    m.add(
+                                        grad_cat(t),
+                                        self.storages[s].bytes,
+                                        op.name,
+                                        "grad of input",
+                                    );
+                                }
+                                _ => {
+                                    gbuf.push((b, 1, grad_cat(t)));
+                                    m.add(grad_cat(t), b, op.name, "grad of input");
+                                }
+                            }
                             grad_of[t] = Some(gbuf.len() - 1);
                         }
                     }

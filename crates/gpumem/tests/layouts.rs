@@ -25,7 +25,8 @@ fn close(got: f64, want: f64, tol: f64) -> bool {
 /// Korthikanti et al. 2022, §4.2.3: with 1F1B the first pipeline stage holds p micro-batches
 /// of its L/p layers — the activations of L layers of one micro-batch, `34·s·b·h·L/t` with
 /// sequence parallelism and selective recomputation; the interleaved schedule multiplies
-/// this by `1 + (p − 1)/(p·v)`.
+/// this by `1 + (p − 1)/(p·v)`. The replayed schedule peaks inside the first backward, a
+/// little below (within 1 %).
 #[test]
 fn first_stage_activations_follow_the_paper() {
     let (s, b, h, l, t) = (2048.0, 1.0, 12288.0, 96.0, 8.0);
@@ -49,7 +50,7 @@ fn first_stage_activations_follow_the_paper() {
         };
         let want = l * per_layer * factor;
         let got = stage0.components["activations"] as f64;
-        assert!(close(got, want, 1e-9), "p={p} v={v}: {got} vs {want}");
+        assert!(close(got, want, 1e-2), "p={p} v={v}: {got} vs {want}");
         assert_eq!(stage0.micro_batches_in_flight, p as f64 * factor);
         // 1F1B: stage r holds min(p − r, m) micro-batches.
         if v == 1 {
@@ -79,7 +80,40 @@ fn tensor_parallel_without_sequence_parallelism() {
     // One layer per stage, one micro-batch in flight on the middle stages.
     let mid = &e.stages[40];
     let want = s * h * (10.0 + 24.0 / t + 5.0 * a * s / (h * t));
-    assert!(close(mid.components["activations"] as f64, want, 1e-9));
+    // The peak comes inside the layer's backward, which has begun to free them: every
+    // byte above the model states there is at least what the forward kept.
+    let states: u64 = ["weights", "gradients", "master_weights", "optimizer_states"]
+        .iter()
+        .map(|k| mid.components[*k])
+        .sum();
+    let above = (mid.peak_bytes - states) as f64;
+    let got = mid.components["activations"] as f64;
+    assert!(above >= want && got <= want, "{got} / {above} vs {want}");
+}
+
+/// Megatron-LM's model states (its documentation of the distributed optimizer): 18 bytes
+/// per parameter under bf16 mixed precision — 2 for the bf16 weight, 4 for the fp32
+/// gradient buffer, 4 for the fp32 master copy and 8 for Adam's moments — and 6 + 12/d
+/// with the distributed optimizer over d ranks; 16 and 4 + 12/d with the gradient buffer
+/// in bf16.
+#[test]
+fn megatron_model_states() {
+    let states = |dp: u64, zero: u64, bf16_grads: bool| {
+        let e = est(
+            json!({"model": "llama3.1-8b", "precision": "mixed-bf16", "seq": 1024,
+            "parallel": {"dp": dp, "zero": zero, "framework": "megatron",
+                         "grad_reduce_in_bf16": bf16_grads}}),
+        );
+        (e.model_states_bytes as f64, e.params as f64)
+    };
+    let (b, n) = states(1, 0, false);
+    assert!(close(b, 18.0 * n, 1e-12), "{b} vs {}", 18.0 * n);
+    let (b, n) = states(8, 1, false);
+    assert!(close(b, (6.0 + 12.0 / 8.0) * n, 1e-12));
+    let (b, n) = states(1, 0, true);
+    assert!(close(b, 16.0 * n, 1e-12));
+    let (b, n) = states(8, 1, true);
+    assert!(close(b, (4.0 + 12.0 / 8.0) * n, 1e-12));
 }
 
 /// Summed over every rank of a tensor × pipeline (× expert) group, the weights are the
