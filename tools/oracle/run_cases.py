@@ -187,6 +187,9 @@ def matrix():
     C.append(case(MX, "ep", "2x2048", ck=1, ep=4, ep_impl="hf"))
     C.append(case(MX, "ep", "2x2048", prec="mixed", ep=4, ep_impl="hf"))
     C.append(case(MX, "ep", "1x4096", ep=8, ep_impl="hf"))
+    for ep in (2, 4, 8):
+        C.append(case(MX, "ep", "2x2048", ep=ep, ep_impl="titan"))
+    C.append(case(MX, "ep", "2x2048", ck=1, ep=4, ep_impl="titan"))
     return C
 
 
@@ -283,11 +286,17 @@ def notes(c, rec):
                  "aten._scaled_dot_product_flash_attention (the op an H100 runs for bf16 causal "
                  "attention) on CPU fake tensors (its meta kernel): the ring-attention code is "
                  "PyTorch's; flash's in-kernel workspaces are not visible")
-    if L == "ep":
+    if L == "ep" and c["ep_impl"] == "hf":
         n.append("transformers 5.17's own EP plan (base_model_ep_plan): experts sharded E/ep "
                  "per rank, router replicated, tokens of non-local experts masked to a "
                  "sentinel, expert output all-reduced; every EP rank sees the same batch "
                  "(no all-to-all)")
+    if L == "ep" and c["ep_impl"] == "titan":
+        n.append("torchtitan's EP scheme re-implemented in tools/oracle/ep_titan.py (not an "
+                 "upstream API): all-to-all token dispatch/combine, E/ep experts per rank, "
+                 "each EP rank its own micro-batch, routing assumed perfectly balanced (R = "
+                 "T*top_k rows received), dense weights replicated and their gradient "
+                 "reduction (FSDP/DDP) not applied")
     if L in ("pp", "pp_fsdp"):
         n.append("stage split: even layer split (remainder on the last stage), embedding on "
                  "the first, norm + lm_head + HF ForCausalLMLoss on the last; "
