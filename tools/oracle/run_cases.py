@@ -372,6 +372,8 @@ def main():
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--redo", action="store_true")
     ap.add_argument("--calibration", action="store_true")
+    ap.add_argument("--traces", action="store_true",
+                    help="one case per family with --trace-layer -> traces.jsonl")
     ap.add_argument("--timeout", type=int, default=1800)
     ap.add_argument("--out-dir", default=OUT_DIR)
     a = ap.parse_args()
@@ -379,6 +381,8 @@ def main():
     py = os.path.join(venv, "bin", "python")
     if a.calibration:
         return calibration(py, a)
+    if a.traces:
+        return traces(py, a)
     cases, names = [], []
     for c in matrix():  # the loops overlap in a few places: keep the first of each name
         n = case_name(c)
@@ -431,6 +435,45 @@ def main():
             f.write(json.dumps(out) + "\n")
         with open(det_p, "a") as f:
             f.write(json.dumps({"name": n, **shorten_detail(rec)}) + "\n")
+
+
+# one case per layout family, with --trace-layer: what one decoder layer allocates op by op
+TRACES = [
+    (case("llama-2b", "fsdp", ck=1, world=8, reshard=1, wrap="layers"), 7),
+    (case("llama-2b", "fsdp", ck=0, world=8, reshard=1, wrap="layers"), 7),
+    (case("llama-2b", "ddp", world=8), 7),
+    (case("llama-2b", "tp", world=4, tp=4, sp=1, loss_parallel=1), 1),
+    (case("llama-2b", "tp", world=4, tp=4, sp=0, loss_parallel=0), 1),
+    (case("llama-2b", "pp", pp=4, microbatches=4, stage=1, schedule="1f1b"), 2),
+    (case("llama-2b", "cp", "1x8192", cp=4), 1),
+    (case("llama-2b", "cp", "1x8192", cp=4, cp_rotate="alltoall"), 1),
+    (case("mixtral-small", "ep", "2x2048", ep=4, ep_impl="hf"), 1),
+    (case("mixtral-small", "ep", "2x2048", ep=4, ep_impl="titan"), 1),
+]
+
+
+def traces(py, a):
+    od = os.path.join(ROOT, a.out_dir)
+    path = os.path.join(od, "traces.jsonl")
+    done = done_names(path)
+    for c, layer in TRACES:
+        n = case_name(c) + f" trace-layer {layer}"
+        if n in done or not re.search(a.only, n):
+            continue
+        cmd = command(c) + ["--trace-layer", str(layer)]
+        k = cmd.index("--shapes")
+        cmd = cmd[:k] + cmd[k + 2:]
+        p = subprocess.run([py] + cmd[1:], cwd=ROOT, capture_output=True, text=True)
+        lines = [x for x in p.stdout.splitlines() if x.startswith("{")]
+        if p.returncode or not lines:
+            print("FAILED", n, p.stderr[-2000:])
+            continue
+        rec = json.loads(lines[-1])
+        out = {"name": n, "command": " ".join(cmd), "peak_step": rec["peak_step"],
+               "peak_where": rec["peak_where"], "layer_trace": rec.get("layer_trace")}
+        print(n, rec["peak_step"], flush=True)
+        with open(path, "a") as f:
+            f.write(json.dumps(out) + "\n")
 
 
 CALIB = [  # (tests/data/calibration-scenarios.jsonl name, config, batch, seq, ckpt)
