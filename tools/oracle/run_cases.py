@@ -38,6 +38,15 @@ MODELS = {
 
 FSDP_LAYOUTS = ("fsdp", "fsdp_tp", "hsdp", "pp_fsdp", "fsdp_cp")
 
+# cases expected to fail, with the reason (written beside the error in sharded-failed.jsonl)
+KNOWN_FAILURES = {
+    r"^mixtral-small .* mixed ": (
+        "torch._grouped_mm's meta kernel (what FakeTensorMode runs) accepts only bf16 inputs; under "
+        "autocast over fp32 parameters transformers' grouped_mm experts pass fp32. The single layout "
+        "fails the same way (the H100 ran that Mixtral amp case), so this is a meta-kernel limit, "
+        "not an EP one."),
+}
+
 
 # ---------------------------------------------------------------------------------------------
 # the case matrix
@@ -410,8 +419,12 @@ def main():
                                                 f"FAILED ({dt:.0f} s): {err[-1] if err else ''}"),
               flush=True)
         if rec is None:
+            out = {"name": n, "command": " ".join(cmd), "error": err}
+            for pat, why in KNOWN_FAILURES.items():
+                if re.search(pat, n):
+                    out["reason"] = why
             with open(fail_p, "a") as f:
-                f.write(json.dumps({"name": n, "command": " ".join(cmd), "error": err}) + "\n")
+                f.write(json.dumps(out) + "\n")
             continue
         if vers is None:
             vers = {"torch": rec["torch"], "transformers": rec["transformers"],
