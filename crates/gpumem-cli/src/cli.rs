@@ -237,6 +237,19 @@ pub struct ScenarioFlags {
     #[arg(long, value_name = "on|off", help_heading = "Parallelism", value_parser = on_off)]
     pub loss_parallel: Option<bool>,
 
+    /// Expert parallelism's token dispatch: titan (all-to-all) or hf [default: titan]
+    ///
+    /// titan: each rank routes its own tokens and exchanges the routed rows with the ranks
+    /// holding their experts (torchtitan). hf: transformers' expert-parallel plan, every rank
+    /// routing every token.
+    #[arg(long, value_name = "HOW", help_heading = "Parallelism")]
+    pub ep_impl: Option<String>,
+
+    /// Context parallelism's load balancing (head and tail chunks per rank): on or off
+    /// [default: on]
+    #[arg(long, value_name = "on|off", help_heading = "Parallelism", value_parser = on_off)]
+    pub cp_load_balance: Option<bool>,
+
     /// Megatron-LM: keep and reduce the gradient buffer in bf16 (--grad-reduce-in-bf16)
     ///
     /// Megatron accumulates gradients in an fp32 buffer by default (4 bytes per parameter);
@@ -419,6 +432,8 @@ pub fn apply(
             s.grad_reduce_in_bf16.then_some(Value::Bool(true)),
         ),
         ("wrap", text(&s.wrap)),
+        ("ep_impl", text(&s.ep_impl)),
+        ("cp_load_balance", s.cp_load_balance.map(Value::Bool)),
         ("offload", text(&s.offload)),
     ]
     .into_iter()

@@ -297,8 +297,8 @@ fn estimate_pytorch_dp(s: &Scenario, name: &str, a: &Architecture) -> Option<Res
         return None;
     }
     let on = match par.framework {
-        Framework::Fsdp => (par.dp > 1 || par.tp > 1 || par.pp > 1 || par.cp > 1) && par.ep == 1,
-        Framework::Megatron => par.ep == 1,
+        Framework::Fsdp => par.dp > 1 || par.tp > 1 || par.pp > 1 || par.cp > 1 || par.ep > 1,
+        Framework::Megatron => true,
         Framework::DeepSpeed => false,
     };
     if !on {
@@ -620,12 +620,21 @@ fn rank_step(
         hold_embeds: pp == 1,
     };
     let (emb_t, head_t) = (&pr.tensors.emb, &pr.tensors.head);
+    let ep = par.ep;
     let unit = |ts: &[params::PTensor]| -> step::Unit {
-        let local = params::local_numel(ts, tp, 1) as f64;
-        let shard = params::shard_numel(ts, tp, 1, n) as f64;
+        let local = params::local_numel(ts, tp, ep) as f64;
+        let shard = params::shard_numel(ts, tp, ep, n) as f64;
+        // The reduce-scatter's input: each tensor's shard times the ranks it is split over.
+        let rs: u64 = ts
+            .iter()
+            .map(|t| {
+                let k = t.shard_ranks(n, ep);
+                t.local(tp, ep).shard(k) * k
+            })
+            .sum();
         step::Unit {
             gathered: local * cdt.bytes(),
-            rs_in: shard * n as f64 * rdt.bytes(),
+            rs_in: rs as f64 * rdt.bytes(),
             rs_out: shard * rdt.bytes(),
             grad: shard * pdt.bytes(),
             redistribute: 0.0,
@@ -651,9 +660,10 @@ fn rank_step(
     let mut optim = 0.0;
     for (k, ts) in &all {
         for t in ts.iter() {
-            let t = t.local(tp, 1);
+            let over = t.shard_ranks(n, ep);
+            let t = t.local(tp, ep);
             let (rows, cols) = if fsdp {
-                (t.dim0.div_ceil(n), t.rest)
+                (t.dim0.div_ceil(over), t.rest)
             } else {
                 (t.dim0, t.rest)
             };
@@ -670,7 +680,8 @@ fn rank_step(
     let f = step::Fsdp2 {
         titan: par.wrap == crate::scenario::Wrap::Titan,
         reshard: par.zero >= 3,
-        loss_outside: par.cp > 1,
+        // Context parallelism and pipeline schedules compute the loss outside the model.
+        loss_outside: par.cp > 1 || par.pp > 1,
         emb: step::Unit {
             redistribute: emb_rows,
             ..unit(emb_t)

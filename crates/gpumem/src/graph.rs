@@ -12,6 +12,7 @@ use crate::dtype::DType;
 use crate::scenario::{Attention, Finetune, Loss, Recompute, Scenario};
 use crate::tape::{Cat, OpSpec, Tape, Tid};
 
+mod ep;
 mod mcore;
 
 /// Which kernel PyTorch's `scaled_dot_product_attention` dispatches to (torch ≥ 2.5, Hopper):
@@ -80,6 +81,11 @@ pub struct Ctx<'a> {
     pub ep: f64,
     /// MoE: tokens each expert takes, relative to an even share.
     pub capacity_factor: f64,
+    /// Expert parallelism dispatches tokens by all-to-all (torchtitan's), not transformers'
+    /// plan (every rank routes every token).
+    pub ep_titan: bool,
+    /// Context parallelism with load balancing (see `Parallel::cp_load_balance`).
+    pub cp_lb: bool,
 }
 
 /// How tensor parallelism splits a linear layer (torchtitan's Llama plan on the Hugging
@@ -120,6 +126,11 @@ impl<'a> Ctx<'a> {
                 && par.zero < 2,
             ep: if train { par.ep.max(1) } else { 1 } as f64,
             capacity_factor: par.capacity_factor,
+            cp_lb: par.cp_load_balance,
+            ep_titan: train
+                && par.ep > 1
+                && par.framework == crate::scenario::Framework::Fsdp
+                && par.ep_impl == crate::scenario::EpImpl::Titan,
             arch,
             batch,
             seq,
@@ -659,10 +670,11 @@ impl<'c, 'a> Builder<'c, 'a> {
                     c,
                 );
                 self.tape.save_self(o);
-                if ctx.cp > 1.0 {
-                    // The merged output comes back as (batch, heads, seq, dim): the model's
-                    // transpose().contiguous() is a real copy, which the output projection
-                    // saves.
+                if ctx.cp > 1.0 && ctx.cp_lb {
+                    // With load balancing, the ranks that merge partial outputs (the first,
+                    // the worst) get the merged output back as (batch, heads, seq, dim): the
+                    // model's transpose().contiguous() is a real copy, which the output
+                    // projection saves.
                     return self.op(&[o], out_elems, c, &[]);
                 }
                 o
@@ -928,6 +940,9 @@ impl<'c, 'a> Builder<'c, 'a> {
     /// routing weight, and index-adds into the output. Experts are grouped into at most 8
     /// groups of equal token counts (saved bytes are exact; transients per group).
     fn moe(&mut self, y: Tid) -> Tid {
+        if self.ctx.ep_titan {
+            return self.moe_titan(y);
+        }
         let ctx = self.ctx;
         let a = ctx.arch;
         let m = a.moe.as_ref().expect("moe layer");
@@ -946,7 +961,8 @@ impl<'c, 'a> Builder<'c, 'a> {
         );
         let weights = self.op(&[probs], t * m.top_k as f64, c, &[]);
         let groups = m.experts.min(8);
-        let per_group = m.experts as f64 / groups as f64;
+        // Under transformers' expert-parallel plan a rank holds `experts / ep` of them.
+        let per_group = m.experts as f64 / groups as f64 / ctx.ep;
         let tokens = t * m.top_k as f64 / groups as f64;
         let one_expert: u64 = a
             .mlp_linears(m.expert_intermediate)
@@ -962,7 +978,7 @@ impl<'c, 'a> Builder<'c, 'a> {
         let mut out = self.op(&[y], t * h, yd, &[]);
         // Each expert's select-backward materialises a grad of the whole stacked parameter,
         // accumulated into .grad: a transient after the first.
-        let stacked = (one_expert * m.experts) as f64 * ctx.g.bytes();
+        let stacked = (one_expert * m.experts) as f64 / ctx.ep * ctx.g.bytes();
         for _ in 0..groups {
             let cur = self.op(&[y], tokens * h, ec, &[]);
             // One group stands for `per_group` experts: their stacked weights.

@@ -63,6 +63,16 @@ impl PTensor {
         t
     }
 
+    /// The ranks FSDP shards this tensor over, of `n` data-parallel ranks and `ep`
+    /// expert-parallel ones (see [`shard_numel`]).
+    pub fn shard_ranks(&self, n: u64, ep: u64) -> u64 {
+        if self.expert {
+            n
+        } else {
+            n * ep
+        }
+    }
+
     /// Elements of one rank's FSDP2 shard over `n` ranks: dim 0 padded to a multiple of `n`.
     pub fn shard(&self, n: u64) -> u64 {
         self.dim0.div_ceil(n) * self.rest
@@ -178,10 +188,14 @@ pub fn local_numel(ts: &[PTensor], tp: u64, ep: u64) -> u64 {
     ts.iter().map(|t| t.local(tp, ep).numel()).sum()
 }
 
-/// Elements of one rank's FSDP2 shard of a list of (locally split) tensors over `n` ranks,
-/// padding included.
+/// Elements of one rank's FSDP2 shard of a list of (locally split) tensors, padding
+/// included: routed experts are sharded over the `n` data-parallel ranks holding the same
+/// experts, every other tensor over those and the `ep` expert-parallel ranks too (which run
+/// different tokens through the same dense weights).
 pub fn shard_numel(ts: &[PTensor], tp: u64, ep: u64, n: u64) -> u64 {
-    ts.iter().map(|t| t.local(tp, ep).shard(n)).sum()
+    ts.iter()
+        .map(|t| t.local(tp, ep).shard(t.shard_ranks(n, ep)))
+        .sum()
 }
 
 #[cfg(test)]

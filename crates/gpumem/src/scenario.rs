@@ -87,6 +87,17 @@ pub enum Wrap {
     Titan,
 }
 
+/// How expert parallelism moves tokens to the experts (framework `fsdp`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EpImpl {
+    /// torchtitan's: each rank routes its own tokens, sends each (token, expert) row to the
+    /// rank holding the expert (all-to-all), and combines the results back.
+    Titan,
+    /// transformers' expert-parallel plan: every rank routes all tokens; a rank's grouped
+    /// GEMMs skip the rows of experts it does not hold, the outputs are all-reduced.
+    Hf,
+}
+
 /// How micro-batches flow through pipeline stages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Schedule {
@@ -131,6 +142,12 @@ pub struct Parallel {
     /// Megatron-LM: the gradient buffer (`main_grad`) and its reduction in bf16
     /// (`--grad-reduce-in-bf16`) instead of fp32.
     pub grad_reduce_in_bf16: bool,
+    /// Expert parallelism's token dispatch.
+    pub ep_impl: EpImpl,
+    /// Context parallelism balances the causal work by giving each rank a head and a tail
+    /// chunk of the sequence (torch's default); ranks that merge partial outputs keep one
+    /// more copy of the attention output per layer.
+    pub cp_load_balance: bool,
 }
 
 impl Default for Parallel {
@@ -153,6 +170,8 @@ impl Default for Parallel {
             wrap: Wrap::Layers,
             loss_parallel: true,
             grad_reduce_in_bf16: false,
+            ep_impl: EpImpl::Titan,
+            cp_load_balance: true,
         }
     }
 }
@@ -806,6 +825,20 @@ fn parse_parallel(v: &Value) -> Result<Parallel> {
     };
     p.loss_parallel = o.bool_opt("loss_parallel")?.unwrap_or(true);
     p.grad_reduce_in_bf16 = o.bool_opt("grad_reduce_in_bf16")?.unwrap_or(false);
+    p.cp_load_balance = o.bool_opt("cp_load_balance")?.unwrap_or(true);
+    p.ep_impl = match o.str_opt("ep_impl")? {
+        None | Some("titan") => EpImpl::Titan,
+        Some("hf") | Some("transformers") => EpImpl::Hf,
+        Some(other) => {
+            return Err(Error::new(
+                o.path("ep_impl"),
+                format!(
+                    "must be \"titan\" (all-to-all token dispatch) or \"hf\" (transformers' expert-parallel plan), got '{}'",
+                    truncate(other, 20)
+                ),
+            ))
+        }
+    };
     if p.grad_reduce_in_bf16 && p.framework != Framework::Megatron {
         return Err(Error::new(
             o.path("grad_reduce_in_bf16"),

@@ -917,14 +917,14 @@ fn reshard(g: f64, phase: Phase) -> Seg {
 /// `accumulate`, the sharded gradient exists already and the new shard is added into it.
 fn reduce_scatter(u: &Unit, prev_rs: f64, ug: f64, accumulate: bool, phase: Phase) -> Seg {
     let at = w(phase, "FSDP reduce-scatter");
-    let mut s = reshard(u.gathered, phase);
-    if u.redistribute > 0.0 {
-        s.push(&Seg::alloc(
-            Cat::Temporaries,
-            u.redistribute,
-            w(phase, "DTensor redistribute"),
-        ));
-    }
+    // A DTensor gradient redistributed to the parameter's placement (a copy made by the
+    // backward itself, before FSDP's post-backward reshards the unit).
+    let mut s = Seg::alloc(
+        Cat::Temporaries,
+        u.redistribute,
+        w(phase, "DTensor redistribute"),
+    );
+    s.push(&reshard(u.gathered, phase));
     if prev_rs > 0.0 {
         s.push(&Seg::free(Cat::Comm, prev_rs, at));
     }
