@@ -58,7 +58,7 @@ pub struct Estimate {
     pub timeline: Vec<Point>,
     /// Model-parallel layouts: every pipeline stage (the figures above are the worst one's).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub stages: Vec<crate::layout::StageEstimate>,
+    pub stages: Vec<StageEstimate>,
     /// What is approximated or not modelled for this scenario.
     pub notes: Vec<String>,
 }
@@ -145,7 +145,7 @@ pub fn estimate(s: &Scenario) -> Result<Estimate> {
             return e;
         }
         if s.mode == Mode::Train && (par.model_parallel() || par.framework == Framework::Megatron) {
-            return estimate_layout(s, name, a);
+            return Err(unsupported_layout(s));
         }
     }
     let states = ModelStates::new(s, arch);
@@ -288,6 +288,43 @@ pub fn estimate(s: &Scenario) -> Result<Estimate> {
     })
 }
 
+/// One pipeline stage as one of its GPUs sees it.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct StageEstimate {
+    pub stage: u64,
+    /// Decoder layers on this stage (all its model chunks).
+    pub layers: u64,
+    /// Micro-batches whose activations this stage holds when its first backward starts
+    /// (interleaved schedules hold fractions: chunks ÷ virtual stages).
+    pub micro_batches_in_flight: f64,
+    pub peak_bytes: u64,
+    pub components: crate::map::Components,
+}
+
+/// The vocabulary as Megatron-LM's embedding stores it: padded to a multiple of 128 × tp.
+pub fn megatron_vocab(vocab: u64, tp: u64) -> u64 {
+    vocab.div_ceil(128 * tp) * 128 * tp
+}
+
+/// Why a training layout is not estimated: what is modelled for which framework.
+fn unsupported_layout(s: &Scenario) -> Error {
+    let par = &s.parallel;
+    let (field, what) = if !matches!(s.finetune, Finetune::Full) {
+        (
+            "finetune",
+            "LoRA and QLoRA fine-tuning are modelled on one GPU and data-parallel layouts (DDP, FSDP, ZeRO); with tensor, pipeline, context or expert parallelism, or under Megatron-LM, use full fine-tuning",
+        )
+    } else if par.framework == Framework::DeepSpeed {
+        (
+            "parallel.framework",
+            "DeepSpeed is modelled for ZeRO data parallelism (stages 0-3, offload); tensor, pipeline, context and expert parallelism are modelled for \"fsdp\" (PyTorch: DTensor, torch.distributed.pipelining, context_parallel) and \"megatron\"",
+        )
+    } else {
+        ("parallel", "this layout is not modelled")
+    };
+    Error::new(field, what)
+}
+
 /// Data parallelism as PyTorch runs it, replayed with its buffers: FSDP2 (`fully_shard`,
 /// FULL_SHARD or SHARD_GRAD_OP-like, HSDP) and DDP. `None` when the scenario is not such a
 /// run (or uses what this path does not model yet: LoRA, offload, ZeRO-1).
@@ -380,7 +417,7 @@ pub(crate) fn prepare(s: &Scenario, model: &Architecture) -> Prepared {
         tied_embeddings: model.tied_embeddings && !untie,
         // Megatron pads the vocabulary to a multiple of 128 × tp.
         vocab: if megatron {
-            crate::layout::padded_vocab(model.vocab, par.tp, par.framework)
+            megatron_vocab(model.vocab, par.tp)
         } else {
             model.vocab
         },
@@ -485,7 +522,7 @@ fn pytorch_dp(s: &Scenario, name: &str, model: &Architecture) -> Result<Estimate
     if par.pp > 1 {
         for (r, st) in stages.iter().enumerate() {
             let c = bounded_components(&parts_of(st))?;
-            stage_list.push(crate::layout::StageEstimate {
+            stage_list.push(StageEstimate {
                 stage: r as u64,
                 layers: st.layers,
                 micro_batches_in_flight: st.in_flight,
@@ -1019,91 +1056,6 @@ fn rank_step(
         layers: part.layers(),
         in_flight: 1.0,
     }
-}
-
-/// A model-parallel layout (or any Megatron-LM run): stage by stage, the worst reported.
-fn estimate_layout(s: &Scenario, name: String, a: &Architecture) -> Result<Estimate> {
-    let prep = crate::layout::Prep::new(s, a);
-    let (stages, w) = prep.stages();
-    let worst = stages[w];
-    let components = bounded_components(&worst.parts())?;
-    let peak_bytes: u64 = components.values().sum();
-    let reserve = reserve_for(peak_bytes);
-    let device = peak_bytes + reserve + CUDA_CONTEXT_BYTES;
-    let headroom = headroom(s.capacity_bytes, device);
-    let p = a.params();
-    let par = &s.parallel;
-    let states = worst.model_states();
-    let phase = if worst.logits > 0.0 {
-        format!(
-            "backward: logits and loss on the last stage ({} of {})",
-            w + 1,
-            par.pp
-        )
-    } else {
-        format!(
-            "backward: stage {} of {}, {} micro-batch{} of activations in flight",
-            w + 1,
-            par.pp,
-            trim(worst.in_flight),
-            if worst.in_flight == 1.0 { "" } else { "es" }
-        )
-    };
-    let at = |phase: &str, b: f64| Point {
-        phase: phase.into(),
-        bytes: b.round() as u64,
-    };
-    let mut timeline = vec![
-        at("start of step", states),
-        at(
-            "forward: warm-up micro-batches in flight",
-            states + worst.gathered + worst.activations,
-        ),
-        at("peak", peak_bytes as f64),
-        at("end of step", states),
-    ];
-    cap_timeline(&mut timeline, peak_bytes);
-    let mut stage_list = Vec::with_capacity(stages.len());
-    for (i, b) in stages.iter().enumerate() {
-        let c = bounded_components(&b.parts())?;
-        stage_list.push(crate::layout::StageEstimate {
-            stage: i as u64,
-            layers: b.layers,
-            micro_batches_in_flight: b.in_flight,
-            peak_bytes: c.values().sum(),
-            components: c,
-        });
-    }
-    Ok(Estimate {
-        model: name,
-        params: p.total,
-        trainable_params: p.total,
-        active_params: p.active,
-        peak_bytes,
-        peak_phase: phase,
-        components,
-        model_states_bytes: states.round() as u64,
-        weights_bytes: worst.weights.round() as u64,
-        master_weights_bytes: worst.master.round() as u64,
-        gradients_bytes: worst.grads.round() as u64,
-        optimizer_states_bytes: worst.optim.round() as u64,
-        kv_cache_bytes: 0,
-        host_bytes: worst.host.round() as u64,
-        allocator_reserve_bytes: reserve,
-        cuda_context_bytes: CUDA_CONTEXT_BYTES,
-        device_bytes: device,
-        gpu: s.gpu_name.clone(),
-        capacity_bytes: s.capacity_bytes,
-        fits: headroom >= 0,
-        headroom_bytes: headroom,
-        timeline,
-        stages: stage_list,
-        notes: crate::layout::notes(s, a),
-    })
-}
-
-fn trim(x: f64) -> String {
-    crate::num::fixed(x, if x.fract() == 0.0 { 0 } else { 2 })
 }
 
 /// What one data-parallel rank keeps: the persistent states after ZeRO/FSDP sharding and

@@ -9,7 +9,6 @@ pub mod gpu;
 pub mod graph;
 pub mod hf;
 pub mod knobs;
-pub mod layout;
 pub mod map;
 pub mod megatron;
 pub mod mem;

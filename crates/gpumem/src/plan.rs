@@ -25,7 +25,6 @@ use crate::error::{Error, Result};
 use crate::estimate::{estimate, reserve_for};
 use crate::gpu::{self, CUDA_CONTEXT_BYTES};
 use crate::hf::Obj;
-use crate::layout::{state_bytes, GpuParams, LayerActs, Prep};
 use crate::scenario::{Attention, Framework, Model, Parallel, Recompute, Scenario, Schedule};
 
 /// What to plan.
@@ -440,16 +439,12 @@ pub fn plan(req: &Request) -> Plan {
         unreachable!("checked by Request::from_value")
     };
     let spec = gpu::find(&s.gpu_name).unwrap_or_else(|| gpu::find("H100-80GB").expect("H100"));
-    let bytes = state_bytes(s, a);
     let mut sweep = Sweep {
         s,
         a,
         req,
         spec,
-        bytes,
         scratch: s.clone(),
-        params: Vec::new(),
-        acts: Vec::new(),
         prepared: Vec::new(),
         found: Vec::new(),
     };
@@ -540,18 +535,12 @@ struct Found {
     step: f64,
 }
 
-/// (tp, cp, micro-batch, pipelined, recomputation): what a layer's activations depend on.
-type ActsKey = (u64, u64, u64, bool, Recompute);
-
 struct Sweep<'a> {
     s: &'a Scenario,
     a: &'a Architecture,
     req: &'a Request,
     spec: gpu::Gpu,
-    bytes: [f64; 4],
     scratch: Scenario,
-    params: Vec<((u64, u64, bool), GpuParams)>,
-    acts: Vec<(ActsKey, LayerActs)>,
     /// The one engine's replayed stretches, per (tp, cp, micro-batch, recomputation,
     /// whether a tied embedding is held as two parameters).
     prepared: Vec<(PrepKey, crate::estimate::Prepared)>,
@@ -573,8 +562,13 @@ impl Sweep<'_> {
         };
         let mut considered = 0;
         let fx = req.fixed;
+        // DeepSpeed and LoRA fine-tuning are modelled for data parallelism only.
+        let dp_only = base.framework == Framework::DeepSpeed
+            || !matches!(s.finetune, crate::scenario::Finetune::Full);
+        let one = |x: u64| !dp_only || x == 1;
         for tp in divisors(g) {
-            if !Fixed::allows(fx.tp, tp)
+            if !one(tp)
+                || !Fixed::allows(fx.tp, tp)
                 || tp > req.gpus_per_node
                 || !a.heads.is_multiple_of(tp)
                 || (a.mla.is_none() && !a.kv_heads.is_multiple_of(tp))
@@ -582,7 +576,7 @@ impl Sweep<'_> {
                 continue;
             }
             for cp in divisors(g / tp) {
-                if !Fixed::allows(fx.cp, cp) {
+                if !one(cp) || !Fixed::allows(fx.cp, cp) {
                     continue;
                 }
                 if cp > 1
@@ -593,7 +587,7 @@ impl Sweep<'_> {
                     continue;
                 }
                 for ep in divisors(g / tp / cp) {
-                    if !Fixed::allows(fx.ep, ep) {
+                    if !one(ep) || !Fixed::allows(fx.ep, ep) {
                         continue;
                     }
                     if ep > 1 && (a.moe.is_none() || !experts.is_multiple_of(ep)) {
@@ -601,7 +595,8 @@ impl Sweep<'_> {
                     }
                     for pp in divisors(g / tp / cp / ep) {
                         let dp = g / tp / cp / ep / pp;
-                        if !Fixed::allows(fx.pp, pp)
+                        if !one(pp)
+                            || !Fixed::allows(fx.pp, pp)
                             || !Fixed::allows(fx.dp, dp)
                             || fx.shard_group.is_some_and(|k| !dp.is_multiple_of(k))
                             || pp > a.layers
@@ -747,30 +742,9 @@ impl Sweep<'_> {
         (n, any)
     }
 
-    fn gpu_params(&mut self, par: &Parallel) -> GpuParams {
-        let key = (par.tp, par.ep, par.pp > 1);
-        if let Some((_, p)) = self.params.iter().find(|(k, _)| *k == key) {
-            return *p;
-        }
-        let p = GpuParams::new(self.a, par);
-        self.params.push((key, p));
-        p
-    }
-
-    fn layer_acts(&mut self, par: &Parallel, vocab: f64, b: u64, r: Recompute) -> LayerActs {
-        let key = (par.tp, par.cp, b, par.pp > 1, r);
-        if let Some((_, x)) = self.acts.iter().find(|(k, _)| *k == key) {
-            return *x;
-        }
-        let x = LayerActs::new(self.s, self.a, par, vocab, b, r);
-        self.acts.push((key, x));
-        x
-    }
-
     /// Whether the layout fits; those that do are kept.
     fn evaluate(&mut self, par: Parallel, b: u64, r: Recompute) -> bool {
         let native = matches!(par.framework, Framework::Fsdp | Framework::Megatron)
-            && par.ep == 1
             && matches!(self.s.finetune, crate::scenario::Finetune::Full);
         let (peak, host) = if native {
             // The one engine: stretches replayed once per key, composed per layout.
@@ -802,16 +776,6 @@ impl Sweep<'_> {
                 return false;
             }
             (total.round() as u64, host)
-        } else if par.model_parallel() || par.framework == Framework::Megatron {
-            let w = self.gpu_params(&par);
-            let x = self.layer_acts(&par, w.vocab, b, r);
-            let worst = Prep::from_parts(self.s, self.a, par, w, x, self.bytes).worst();
-            // Beyond any GPU (and beyond what a u64 byte count may carry): does not fit.
-            let total = worst.total();
-            if total.is_nan() || total > self.s.capacity_bytes as f64 {
-                return false;
-            }
-            (worst.total().round() as u64, worst.host)
         } else {
             self.scratch.parallel = par;
             self.scratch.batch = b;

@@ -476,13 +476,15 @@ impl Scenario {
                 );
             }
         }
-        if p.cp > 1 && !self.seq.is_multiple_of(2 * p.cp) {
+        let chunks = if p.cp_load_balance { 2 * p.cp } else { p.cp };
+        if p.cp > 1 && !self.seq.is_multiple_of(chunks) {
             return err(
                 "cp",
                 format!(
-                    "seq ({}) must be divisible by 2 × cp ({}) for load-balanced ring attention",
+                    "seq ({}) must be divisible by {} ({}cp) for ring attention",
                     self.seq,
-                    2 * p.cp
+                    chunks,
+                    if p.cp_load_balance { "2 × " } else { "" }
                 ),
             );
         }
@@ -503,6 +505,21 @@ impl Scenario {
         }
         if p.model_parallel() && !matches!(self.finetune, Finetune::Full) {
             return err("tp", "LoRA with tp, pp, cp or ep is not modelled".into());
+        }
+        if self.mode == Mode::Train
+            && p.framework == Framework::Megatron
+            && !matches!(self.finetune, Finetune::Full)
+        {
+            return err(
+                "framework",
+                "LoRA and QLoRA are modelled under PyTorch (peft), not Megatron-LM: use framework \"fsdp\" or \"deepspeed\"".into(),
+            );
+        }
+        if p.model_parallel() && p.framework == Framework::DeepSpeed {
+            return err(
+                "framework",
+                "DeepSpeed is modelled for ZeRO data parallelism; tensor, pipeline, context and expert parallelism are modelled for \"fsdp\" (PyTorch: DTensor, torch.distributed.pipelining, context_parallel) and \"megatron\"".into(),
+            );
         }
         if p.cp > 1 && self.attention == Attention::Eager {
             return err(

@@ -125,7 +125,11 @@ fn invalid_layouts_say_which_constraint_failed() {
     bad(json!({"ep": 2}), "ep (2) needs a mixture-of-experts model");
     bad(
         json!({"cp": 3}),
-        "seq (4096) must be divisible by 2 × cp (6)",
+        "seq (4096) must be divisible by 6 (2 × cp) for ring attention",
+    );
+    bad(
+        json!({"tp": 2, "framework": "deepspeed"}),
+        "DeepSpeed is modelled for ZeRO data parallelism",
     );
     bad(
         json!({"dp": 2, "tp": 2, "gpus": 8}),
