@@ -425,11 +425,16 @@ impl Architecture {
         let lm_head = if self.tied_embeddings { 0 } else { embedding };
         let final_norm = self.norm_params(h);
         let (mut layers, mut routed_experts, mut active) = (0u64, 0u64, 0u64);
-        for (kind, n) in self
-            .kinds()
-            .into_iter()
-            .zip(self.kind_counts(0, self.layers))
-        {
+        // Each kind of layer and how many there are, in one pass.
+        let mut kinds: Vec<(LayerKind, u64)> = Vec::new();
+        for l in 0..self.layers {
+            let k = self.layer_kind(l);
+            match kinds.iter_mut().find(|x| x.0 == k) {
+                Some(x) => x.1 += 1,
+                None => kinds.push((k, 1)),
+            }
+        }
+        for (kind, n) in kinds {
             let (t, r, a) = self.layer_params(kind)?;
             layers = layers.checked_add(t.checked_mul(n)?)?;
             routed_experts = routed_experts.checked_add(r.checked_mul(n)?)?;

@@ -377,11 +377,27 @@ pub(crate) struct Prepared {
     pub tensors: Tensors,
     /// Each decoder layer's kind, as an index into [`Architecture::kinds`].
     pub kind_of: Vec<usize>,
+    /// What a rank holds of each group of tensors, per (tp, ep, shard ranks, FSDP): made once.
+    shards: std::cell::RefCell<Vec<(ShardKey, std::rc::Rc<Shards>)>>,
+}
+
+type ShardKey = (u64, u64, u64, bool);
+
+/// One rank's share of each group of parameter tensors (the embedding, the head, one layer
+/// of each kind, in that order): its FSDP unit, its persistent elements, its optimizer
+/// state bytes.
+struct Shards {
+    units: Vec<step::Unit>,
+    held: Vec<f64>,
+    optim: Vec<f64>,
 }
 
 impl Prepared {
     /// Runs of layers of one kind over layers `lo..hi` (as [`Architecture::runs`]).
     fn runs(&self, lo: u64, hi: u64) -> Vec<(usize, u64)> {
+        if self.first.kinds.len() == 1 {
+            return if hi > lo { vec![(0, hi - lo)] } else { Vec::new() };
+        }
         let mut v: Vec<(usize, u64)> = Vec::new();
         for &i in &self.kind_of[lo as usize..hi as usize] {
             match v.last_mut() {
@@ -460,6 +476,7 @@ pub(crate) fn prepare(s: &Scenario, model: &Architecture) -> Prepared {
         })
         .collect();
     Prepared {
+        shards: Default::default(),
         kind_of,
         a,
         first,
@@ -585,6 +602,77 @@ fn pytorch_dp(s: &Scenario, name: &str, model: &Architecture) -> Result<Estimate
     })
 }
 
+/// One rank's share of every group of tensors for `key` = (tp, ep, FSDP shard ranks, FSDP).
+fn shards(s: &Scenario, pr: &Prepared, key: ShardKey) -> Shards {
+    use crate::params;
+    let (tp, ep, n, fsdp) = key;
+    let p = &s.precision;
+    let (cdt, pdt, rdt) = dtypes(s);
+    let groups: Vec<&[params::PTensor]> = [&pr.tensors.emb[..], &pr.tensors.head[..]]
+        .into_iter()
+        .chain(pr.tensors.layers.iter().map(|v| &v[..]))
+        .collect();
+    let mut sh = Shards {
+        units: Vec::with_capacity(groups.len()),
+        held: Vec::with_capacity(groups.len()),
+        optim: Vec::with_capacity(groups.len()),
+    };
+    for ts in groups {
+        let unit = || -> step::Unit {
+        let local = params::local_numel(ts, tp, ep) as f64;
+        let shard = params::shard_numel(ts, tp, ep, n) as f64;
+        // The reduce-scatter's input: each tensor's shard times the ranks it is split over.
+        let rs: u64 = ts
+            .iter()
+            .map(|t| {
+                let k = t.shard_ranks(n, ep);
+                t.local(tp, ep).shard(k) * k
+            })
+            .sum();
+        step::Unit {
+            gathered: local * cdt.bytes(),
+            rs_in: rs as f64 * rdt.bytes(),
+            rs_out: shard * rdt.bytes(),
+            grad: shard * pdt.bytes(),
+            redistribute: 0.0,
+            acc_ratio: rdt.bytes() / cdt.bytes(),
+        }
+    };
+        sh.units.push(unit());
+        let (mut held, mut optim) = (0.0, 0.0);
+        for t in ts {
+            let over = t.shard_ranks(n, ep);
+            let t = t.local(tp, ep);
+            let (rows, cols) = if fsdp {
+                (t.dim0.div_ceil(over), t.rest)
+            } else {
+                (t.dim0, t.rest)
+            };
+            held += (rows * cols) as f64;
+            optim += s.optimizer.state_bytes(rows, cols, p.optimizer);
+        }
+        sh.held.push(held);
+        sh.optim.push(optim);
+    }
+    sh
+}
+
+/// (compute dtype of the parameters — FSDP2's `param_dtype` —, their storage dtype — the
+/// sharded parameter, the master copy under mixed precision —, the gradient reduction's
+/// dtype).
+fn dtypes(s: &Scenario) -> (DType, DType, DType) {
+    let p = &s.precision;
+    let cdt = p.weights;
+    let pdt = p.master.unwrap_or(p.weights);
+    // torchtitan's mixed precision reduces in fp32.
+    let rdt = if p.master.is_some() && p.name == "mixed-bf16" {
+        DType::F32
+    } else {
+        p.reduce
+    };
+    (cdt, pdt, rdt)
+}
+
 /// The step of one GPU of pipeline stage `r` (the whole model without pipelining).
 /// `cap`: when what the stage surely holds (its states and the activations of the
 /// micro-batches in flight) is already above this, the step is not composed (the planner
@@ -599,7 +687,6 @@ fn rank_step(
     let a = &pr.a;
     let ctx = &Ctx::new(s, a, true);
     let (first, later) = (&pr.first, pr.later.as_ref());
-    use crate::params;
     let par = &s.parallel;
     let p = &s.precision;
     // FSDP shards over the data-parallel and the context-parallel ranks together
@@ -621,16 +708,7 @@ fn rank_step(
             v.push(n);
         }
     };
-    // Compute dtype of the parameters (FSDP2's `param_dtype`) and their storage dtype (the
-    // sharded parameter, which is the master copy under mixed precision).
-    let cdt = p.weights;
-    let pdt = p.master.unwrap_or(p.weights);
-    // torchtitan's mixed precision reduces in fp32.
-    let rdt = if p.master.is_some() && p.name == "mixed-bf16" {
-        DType::F32
-    } else {
-        p.reduce
-    };
+    let (cdt, pdt, rdt) = dtypes(s);
     // This stage's part of the model: one chunk, or `v` under the interleaved schedule
     // (local chunk j is virtual stage j·pp + r).
     let v = match par.schedule {
@@ -656,26 +734,15 @@ fn rank_step(
         runs: chunk_parts.iter().flat_map(|c| c.runs.clone()).collect(),
         hold_embeds: pp == 1,
     };
-    let (emb_t, head_t) = (&pr.tensors.emb, &pr.tensors.head);
     let ep = par.ep;
-    let unit = |ts: &[params::PTensor]| -> step::Unit {
-        let local = params::local_numel(ts, tp, ep) as f64;
-        let shard = params::shard_numel(ts, tp, ep, n) as f64;
-        // The reduce-scatter's input: each tensor's shard times the ranks it is split over.
-        let rs: u64 = ts
-            .iter()
-            .map(|t| {
-                let k = t.shard_ranks(n, ep);
-                t.local(tp, ep).shard(k) * k
-            })
-            .sum();
-        step::Unit {
-            gathered: local * cdt.bytes(),
-            rs_in: rs as f64 * rdt.bytes(),
-            rs_out: shard * rdt.bytes(),
-            grad: shard * pdt.bytes(),
-            redistribute: 0.0,
-            acc_ratio: rdt.bytes() / cdt.bytes(),
+    let key: ShardKey = (tp, ep, n, fsdp);
+    let found = pr.shards.borrow().iter().find(|x| x.0 == key).map(|x| x.1.clone());
+    let sh = match found {
+        Some(sh) => sh,
+        None => {
+            let sh = std::rc::Rc::new(shards(s, pr, key));
+            pr.shards.borrow_mut().push((key, sh.clone()));
+            sh
         }
     };
     // Tensor parallelism: the embedding's gradient is made whole and cut to this rank's
@@ -685,29 +752,11 @@ fn rank_step(
     } else {
         0.0
     };
-    // Persistent states of this rank.
-    let mut all: Vec<(u64, &[params::PTensor])> = vec![
-        (u64::from(part.first), emb_t),
-        (u64::from(part.last), head_t),
-    ];
-    for (i, ts) in pr.tensors.layers.iter().enumerate() {
-        all.push((part.count(i), ts));
-    }
-    let mut held = 0.0;
-    let mut optim = 0.0;
-    for (k, ts) in &all {
-        for t in ts.iter() {
-            let over = t.shard_ranks(n, ep);
-            let t = t.local(tp, ep);
-            let (rows, cols) = if fsdp {
-                (t.dim0.div_ceil(over), t.rest)
-            } else {
-                (t.dim0, t.rest)
-            };
-            held += *k as f64 * (rows * cols) as f64;
-            optim += *k as f64 * s.optimizer.state_bytes(rows, cols, p.optimizer);
-        }
-    }
+    // Persistent states of this rank: each group of tensors as many times as it holds it.
+    let mut counts = vec![u64::from(part.first), u64::from(part.last)];
+    counts.extend((0..pr.tensors.layers.len()).map(|i| part.count(i)));
+    let held: f64 = counts.iter().zip(&sh.held).map(|(&k, x)| k as f64 * x).sum();
+    let mut optim: f64 = counts.iter().zip(&sh.optim).map(|(&k, x)| k as f64 * x).sum();
     let mut base = Bytes::default();
     let mut host = 0.0;
     // FSDP2's CPUOffloadPolicy keeps the sharded parameters, their gradients and the
@@ -721,10 +770,10 @@ fn rank_step(
         loss_outside: par.cp > 1 || par.pp > 1,
         emb: step::Unit {
             redistribute: emb_rows,
-            ..unit(emb_t)
+            ..sh.units[0]
         },
-        head: unit(head_t),
-        layers: pr.tensors.layers.iter().map(|ts| unit(ts)).collect(),
+        head: sh.units[1],
+        layers: sh.units[2..].to_vec(),
     };
     let f = if cpu {
         let off = |u: step::Unit| step::Unit { grad: 0.0, ..u };
@@ -998,17 +1047,23 @@ fn rank_step(
         } else {
             Vec::new()
         };
-        let (ops, period) = step::pipe_ops(schedule, pp, r, m, v);
-        // Micro-batches of activations in flight at the first backward.
-        let before_first_b = ops
-            .iter()
-            .position(|o| matches!(o, step::PipeOp::B(_)))
-            .unwrap_or(ops.len());
-        let k = (before_first_b as f64 / v as f64).max(1.0);
-        let prog = if fsdp || v > 1 {
-            step::pipeline_loop(&chunks, &fsdp_chunks, &ops, period, m, opt_temp)
+        let (prog, k) = if fsdp || v > 1 {
+            let (ops, period) = step::pipe_ops(schedule, pp, r, m, v);
+            // Micro-batches of activations in flight at the first backward.
+            let before_first_b = ops
+                .iter()
+                .position(|o| matches!(o, step::PipeOp::B(_)))
+                .unwrap_or(ops.len());
+            let k = (before_first_b as f64 / v as f64).max(1.0);
+            let prog = step::pipeline_loop(&chunks, &fsdp_chunks, &ops, period, m, opt_temp);
+            (prog, k)
         } else {
-            step::pipeline_stage(&chunks[0], schedule, pp - 1 - r, m, opt_temp)
+            let k = match schedule {
+                step::PipeSchedule::GPipe => m,
+                step::PipeSchedule::OneFOneB => (pp - r).min(m),
+            };
+            let prog = step::pipeline_stage(&chunks[0], schedule, pp - 1 - r, m, opt_temp);
+            (prog, k.max(1) as f64)
         };
         let grads = if fsdp {
             let u = |x: &step::Unit, n: u64| x.grad * n as f64;
