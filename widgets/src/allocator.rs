@@ -414,7 +414,9 @@ pub fn Allocator(init: &Init) -> Html {
                     </p>
                     { legend }
                     <p class="gm-note">{ phase_note }</p>
-                    { for est.notes.iter().map(|n| html! { <p class="gm-note">{ n.clone() }</p> }) }
+                    // In a box of their own: a note more or less must not make the controls
+                    // below new elements (Yew matches unkeyed children from the end).
+                    <div class="gm-notes">{ for est.notes.iter().map(|n| html! { <p class="gm-note">{ n.clone() }</p> }) }</div>
                     <p class="gm-sr" id={summary_id.clone()} aria-live="polite">{ summary }</p>
                 </>
             }

@@ -149,8 +149,12 @@ pub fn Breakdown(init: &Init) -> Html {
     let cap = e.capacity_bytes as f64;
     let sum = Sum::of(total);
     let narrow = w < 480.0;
-    let (bar_x, bar_w) = if narrow { (58.0, 60.0) } else { (70.0, 110.0) };
-    let label_x = bar_x + bar_w + 34.0;
+    let (bar_x, bar_w, gap_x) = if narrow {
+        (52.0, 44.0, 24.0)
+    } else {
+        (70.0, 110.0, 34.0)
+    };
+    let label_x = bar_x + bar_w + gap_x;
     let text_w = (w - label_x - 6.0).max(80.0);
     let chars = (text_w / 6.3).floor().max(10.0) as usize;
     let all = parts::of_estimate(&e);
@@ -162,38 +166,43 @@ pub fn Breakdown(init: &Init) -> Html {
         .collect();
     // The labels: each slice's, and the capacity's, as blocks of lines spread so that none
     // overlap; the chart is as tall as they need.
+    // Each label: its name and size (bold), then why, both wrapped to the room there is.
     struct Block {
         key: &'static str,
-        main: String,
+        main: Vec<String>,
         lines: Vec<String>,
         anchor: f64,
         y: f64,
     }
+    let wrapped = |text: &str, max: usize| {
+        let mut lines: Vec<String> = wrap(text, chars)
+            .into_iter()
+            .map(|l| fit(&l, text_w))
+            .collect();
+        if lines.len() > max {
+            lines.truncate(max);
+            lines[max - 1] = fit(&format!("{} …", lines[max - 1]), text_w);
+        }
+        lines
+    };
     let mut blocks: Vec<Block> = slices
         .iter()
-        .map(|(x, t)| {
-            let mut lines = wrap(&why(x.key(), &s, &e), chars);
-            if lines.len() > 3 {
-                lines.truncate(3);
-                lines[2] = fit(&format!("{} …", lines[2]), text_w);
-            }
-            Block {
-                key: x.key(),
-                main: fit(&format!("{} — {t}", x.label()), text_w),
-                lines,
-                anchor: 0.0,
-                y: 0.0,
-            }
+        .map(|(x, t)| Block {
+            key: x.key(),
+            main: wrapped(&format!("{} — {t}", x.label()), 2),
+            lines: wrapped(&why(x.key(), &s, &e), if narrow { 4 } else { 3 }),
+            anchor: 0.0,
+            y: 0.0,
         })
         .collect();
     blocks.push(Block {
         key: "capacity",
-        main: fit(&format!("{} capacity — {}", e.gpu, sum.gib(cap)), text_w),
+        main: wrapped(&format!("{} capacity — {}", e.gpu, sum.gib(cap)), 2),
         lines: Vec::new(),
         anchor: 0.0,
         y: 0.0,
     });
-    let height_of = |b: &Block| 13.0 * (1 + b.lines.len()) as f64 + 6.0;
+    let height_of = |b: &Block| 13.0 * (b.main.len() + b.lines.len()) as f64 + 6.0;
     let needed: f64 = blocks.iter().map(height_of).sum();
     let bottom = TOP + needed.max(254.0);
     let h = bottom + 30.0;
@@ -240,9 +249,11 @@ pub fn Breakdown(init: &Init) -> Html {
                 <g class={class}>
                     <polyline class={if b.key == "capacity" { "gm-leader gm-capleader" } else { "gm-leader" }} fill="none"
                         points={format!("{},{} {},{} {},{}", n(leader_x), n(b.anchor), n(label_x - 10.0), n(ly - 4.0), n(label_x - 4.0), n(ly - 4.0))} />
-                    <text x={n(label_x)} y={n(ly)} class={main_class}>{ b.main.clone() }</text>
+                    { for b.main.iter().enumerate().map(|(j, l)| html! {
+                        <text x={n(label_x)} y={n(ly + 13.0 * j as f64)} class={main_class}>{ l.clone() }</text>
+                    }) }
                     { for b.lines.iter().enumerate().map(|(j, l)| html! {
-                        <text x={n(label_x)} y={n(ly + 13.0 * (j + 1) as f64)} class="gm-ann-why">{ l.clone() }</text>
+                        <text x={n(label_x)} y={n(ly + 13.0 * (b.main.len() + j) as f64)} class="gm-ann-why">{ l.clone() }</text>
                     }) }
                 </g>
             }

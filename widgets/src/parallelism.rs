@@ -337,7 +337,7 @@ pub fn Parallelism(init: &Init) -> Html {
                         let f = *f;
                         Callback::from(move |v: u64| try_set.emit(with_field(&k, &a, f, v)))
                     };
-                    html! { <Num id={format!("{uid}-{f}")} label={*label} value={field_value(a, f)} {on_change} /> }
+                    html! { <Num key={*f} id={format!("{uid}-{f}")} label={*label} value={field_value(a, f)} {on_change} /> }
                 })
                 .collect()
         })
@@ -517,7 +517,9 @@ pub fn Parallelism(init: &Init) -> Html {
                 <fieldset class="gm-panel">
                     <legend>{ "Model" }</legend>
                     <Select id={format!("{uid}-model")} label="Preset" options={models} selected={model_sel} on_change={on_model} />
-                    { fields }
+                    // In a box of their own: fields that come and go (a mixture of experts'
+                    // have two more) leave the paste box below, its text and focus, alone.
+                    <div class="gm-fields">{ fields }</div>
                     <div class="gm-control gm-paste">
                         <label for={format!("{uid}-config")}>{ "…or paste a config.json" }</label>
                         <textarea id={format!("{uid}-config")} rows="3" spellcheck="false"
@@ -565,7 +567,10 @@ pub fn Parallelism(init: &Init) -> Html {
             </svg>
             { legend(&parts::of_estimate(&e), &[], dev) }
             <p class="gm-sr" id={summary_id} aria-live="polite">{ summary }</p>
-            { for e.notes.iter().map(|m| html! { <p class="gm-note">{ m.clone() }</p> }) }
+            // In a box of their own: a note more or less must not make the controls above new
+            // elements (Yew matches unkeyed children from the end), which would take the focus
+            // and the paste box's text.
+            <div class="gm-notes">{ for e.notes.iter().map(|m| html! { <p class="gm-note">{ m.clone() }</p> }) }</div>
             <div class="gm-scroll"><table class="gm-table gm-plan">
                 <caption>{ plan_caption }</caption>
                 <thead><tr>

@@ -338,9 +338,9 @@ pub fn Sweep(init: &Init) -> Html {
             needs(c.3, cap, &gpu)
         ),
         Some(c) => format!(
-            "Stops fitting at {axis_name} {} ({}).",
+            "Stops fitting at {axis_name} {}: from there the step needs more than the {} of the {gpu}.",
             exact(c.0),
-            needs(c.3, cap, &gpu)
+            gib(cap)
         ),
     };
     let summary = format!(

@@ -124,7 +124,9 @@ fn scatter(r: &Report) -> String {
     // that its text reads at 11 px or more.
     let (w, h, pad) = (300.0, 300.0, 44.0);
     let sx = |v: f64| pad + (v.log10() - lo) / (hi - lo) * (w - pad - 12.0);
-    let sy = |v: f64| h - pad - (v.log10() - lo) / (hi - lo) * (h - pad - 12.0);
+    // The top keeps room for the vertical axis' name, written across above it.
+    let top = 24.0;
+    let sy = |v: f64| h - pad - (v.log10() - lo) / (hi - lo) * (h - pad - top);
     let mut s = format!(
         "<figure class=\"gm gm-scatter\" role=\"figure\" aria-label=\"Predicted against measured peak, {} runs\">\
          <svg class=\"gm-chart\" viewBox=\"0 0 {w} {h}\" role=\"img\" aria-label=\"Scatter plot: every point lies on the diagonal within {:.1} %\">",
@@ -136,7 +138,7 @@ fn scatter(r: &Report) -> String {
         let _ = write!(
             s,
             "<g class=\"gm-tick\"><line class=\"gm-grid\" x1=\"{pad}\" x2=\"{:.1}\" y1=\"{:.1}\" y2=\"{:.1}\"/>\
-             <line class=\"gm-grid\" x1=\"{:.1}\" x2=\"{:.1}\" y1=\"12\" y2=\"{:.1}\"/>\
+             <line class=\"gm-grid\" x1=\"{:.1}\" x2=\"{:.1}\" y1=\"{top}\" y2=\"{:.1}\"/>\
              <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{d} GiB</text>\
              <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{d}</text></g>",
             w - 12.0,
@@ -174,12 +176,12 @@ fn scatter(r: &Report) -> String {
     }
     let _ = write!(
         s,
-        "<text class=\"gm-axis-label\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">measured peak</text>\
-         <text class=\"gm-axis-label\" transform=\"translate(12 {:.1}) rotate(-90)\" text-anchor=\"middle\">predicted peak</text></svg>\
+        "<text class=\"gm-axis-label\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">measured peak →</text>\
+         <text class=\"gm-axis-label\" x=\"{:.1}\" y=\"12\" text-anchor=\"start\">predicted peak ↑</text></svg>\
          <figcaption>Each dot is one run on the H100: the peak <code>torch.cuda.max_memory_allocated()</code> measured (across) against the one predicted (up). The solid line is a perfect prediction, the dashed lines ±5 %.</figcaption></figure>",
         (w + pad) / 2.0,
         h - 8.0,
-        (h - pad) / 2.0
+        pad - 36.0
     );
     s
 }
