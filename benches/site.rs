@@ -22,9 +22,16 @@ const fig = document.querySelector(`[data-widget=${widget}]`);
 const slider = fig.querySelector(input);
 const times = [];
 let i = 0;
+// A batch slider on a log track (its aria-valuemax is the batch, its max the last
+// position): the position that gives batch b.
+const lo = Number(slider.getAttribute('aria-valuemin')), hi = Number(slider.getAttribute('aria-valuemax'));
+const logTrack = slider.type === 'range' && hi !== Number(slider.max);
+const at = b => logTrack
+  ? String(Math.round(Math.log2(b / lo) / Math.log2(hi / lo) * Number(slider.max)))
+  : String(b);
 function step() {
   if (i === n) { done(times); return; }
-  const v = String(1 + (i % 2 === 0 ? 7 : 0) + (i % 3));
+  const v = at(1 + (i % 2 === 0 ? 7 : 0) + (i % 3));
   if (slider.value === v) { i++; step(); return; }
   const obs = new MutationObserver(() => {
     times.push(performance.now() - t0);

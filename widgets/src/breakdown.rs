@@ -138,9 +138,7 @@ pub fn Breakdown(init: &Init) -> Html {
     let (try_set, refused_msg) = use_checked_set(set);
     let uid = &init.uid;
     let (title_id, summary_id) = (format!("{uid}-title"), format!("{uid}-summary"));
-    let got = k
-        .scenario()
-        .and_then(|s| gpumem::estimate(&s).map(|e| (s, e)));
+    let got = k.scenario().and_then(|s| k.estimate().map(|e| (s, e)));
     let (s, e) = match got {
         Ok(x) => x,
         Err(err) => return refused("breakdown", root, err),

@@ -34,10 +34,7 @@ pub fn Formula(init: &Init) -> Html {
     let (k, _) = use_knobs(init);
     let root = use_live_marker();
     let q = init.option("quantity").unwrap_or("peak");
-    let text = match k
-        .scenario()
-        .and_then(|s| gpumem::estimate(&s).map(|e| (s, e)))
-    {
+    let text = match k.scenario().and_then(|s| k.estimate().map(|e| (s, e))) {
         Ok((s, e)) => match quantity::substitute(&s, &e, q) {
             Some(t) => t,
             None => format!(

@@ -29,6 +29,9 @@ pub mod timeline;
 pub mod value;
 pub mod zero;
 
+/// How many estimates [`Knobs::estimate`] remembers (a sweep's points and the page's own).
+const ESTIMATES_REMEMBERED: usize = 64;
+
 /// The scenario's knobs (`gpumem::knobs` vocabulary): `model=llama3.1-8b`, `batch=4`, …
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(transparent)]
@@ -64,8 +67,31 @@ impl Knobs {
         gpumem::knobs::scenario(self.0.iter().map(|(k, v)| (k.as_str(), v.as_str())))
     }
 
+    /// The engine's estimate for these knobs. The last few are remembered: a page's widgets
+    /// (a bar, a timeline, a breakdown, formulas and values, each its own app) ask for the same
+    /// scenario, and a sweep asks again for its points when it is redrawn.
     pub fn estimate(&self) -> gpumem::Result<gpumem::Estimate> {
-        gpumem::estimate(&self.scenario()?)
+        thread_local! {
+            static RECENT: std::cell::RefCell<Vec<(Knobs, gpumem::Result<gpumem::Estimate>)>> =
+                const { std::cell::RefCell::new(Vec::new()) };
+        }
+        if let Some(hit) = RECENT.with(|r| {
+            r.borrow()
+                .iter()
+                .find(|(k, _)| k == self)
+                .map(|(_, e)| e.clone())
+        }) {
+            return hit;
+        }
+        let e = self.scenario().and_then(|s| gpumem::estimate(&s));
+        RECENT.with(|r| {
+            let mut r = r.borrow_mut();
+            if r.len() >= ESTIMATES_REMEMBERED {
+                let _ = r.remove(0);
+            }
+            r.push((self.clone(), e.clone()));
+        });
+        e
     }
 }
 

@@ -267,9 +267,7 @@ pub fn Parallelism(init: &Init) -> Html {
     let uid = &init.uid;
     let (title_id, summary_id) = (format!("{uid}-title"), format!("{uid}-summary"));
     let (try_set, refused) = use_checked_set(set.clone());
-    let got = k
-        .scenario()
-        .and_then(|s| gpumem::estimate(&s).map(|e| (s, e)));
+    let got = k.scenario().and_then(|s| k.estimate().map(|e| (s, e)));
     let (s, e) = match got {
         Ok(x) => x,
         Err(err) => return crate::chart::refused("parallelism", root, err),

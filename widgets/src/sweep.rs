@@ -45,8 +45,7 @@ fn column(k: &Knobs, knob: &str, v: u64) -> Option<Column> {
 }
 
 /// The values a sweep samples: powers of two on a log axis; on a linear one, every whole
-/// number when there are few, else about 17 evenly spaced values (rounded to 64 on long
-/// ranges).
+/// number when there are few, else 13 evenly spaced values (rounded to 64 on long ranges).
 pub fn samples(from: u64, to: u64, log: bool) -> Vec<u64> {
     let (from, to) = (from.max(1), to.max(from.max(1)));
     if log {
@@ -61,7 +60,7 @@ pub fn samples(from: u64, to: u64, log: bool) -> Vec<u64> {
     if to - from <= 40 {
         return (from..=to).collect();
     }
-    let steps = 16u64;
+    let steps = 12u64;
     let mut v: Vec<u64> = (0..=steps)
         .map(|i| {
             let x = from as f64 + (to - from) as f64 * i as f64 / steps as f64;
@@ -83,15 +82,33 @@ pub fn columns(k: &Knobs, knob: &str, values: &[u64]) -> Vec<Column> {
 }
 
 /// The first value that does not fit between a value that fits and one that does not (the
-/// estimate grows with each axis), and its estimate.
+/// estimate grows with each axis), and its estimate. False position (the estimate is nearly
+/// straight between samples), halving the bracket when a side does not move: exact, in a few
+/// estimates.
 pub fn first_over(k: &Knobs, knob: &str, fits: u64, over: Column) -> Column {
-    let (mut lo, mut hi) = (fits, over);
-    while hi.0 > lo + 1 {
-        let mid = lo + (hi.0 - lo) / 2;
-        match column(k, knob, mid) {
-            Some(c) if c.2 => lo = mid,
-            Some(c) => hi = c,
-            None => break,
+    let Some(low) = column(k, knob, fits) else {
+        return over;
+    };
+    let cap = k.estimate().map(|e| e.capacity_bytes as f64).unwrap_or(0.0);
+    let (mut lo, mut hi) = (low, over);
+    // Updates of the same side in a row: after two, the next guess halves the bracket.
+    let (mut same, mut last) = (0, false);
+    while hi.0 > lo.0 + 1 {
+        let guess = if same < 2 && hi.3 > lo.3 {
+            let t = ((cap - lo.3) / (hi.3 - lo.3)).clamp(0.0, 1.0);
+            (lo.0 as f64 + (hi.0 - lo.0) as f64 * t).ceil() as u64
+        } else {
+            lo.0 + (hi.0 - lo.0) / 2
+        };
+        let Some(c) = column(k, knob, guess.clamp(lo.0 + 1, hi.0 - 1)) else {
+            break;
+        };
+        same = if c.2 == last { same + 1 } else { 0 };
+        last = c.2;
+        if c.2 {
+            lo = c;
+        } else {
+            hi = c;
         }
     }
     hi
@@ -112,20 +129,20 @@ fn needs(total: f64, cap: f64, gpu: &str) -> String {
 }
 
 /// Where a linear sweep from `from` ends: `to`, or a round value about a tenth past the first
-/// that needs more than `limit` bytes, if that comes earlier.
+/// that needs more than `limit` bytes (found to a hundredth of the range), if that comes
+/// earlier.
 pub fn linear_end(k: &Knobs, knob: &str, from: u64, to: u64, limit: f64) -> u64 {
-    let doublings = columns(k, knob, &samples(from, to, true));
-    let Some(i) = doublings.iter().position(|c| c.3 > limit) else {
-        return to;
-    };
-    if i == 0 {
-        return to;
+    let total = |v: u64| column(k, knob, v).map(|c| c.3);
+    match (total(from), total(to)) {
+        (Some(a), Some(b)) if a <= limit && b > limit => {}
+        _ => return to,
     }
-    let (mut lo, mut hi) = (doublings[i - 1].0, doublings[i].0);
-    while hi > lo + 1 {
+    let (mut lo, mut hi) = (from, to);
+    let tolerance = ((to - from) / 100).max(1);
+    while hi - lo > tolerance {
         let mid = lo + (hi - lo) / 2;
-        match column(k, knob, mid) {
-            Some(c) if c.3 <= limit => lo = mid,
+        match total(mid) {
+            Some(b) if b <= limit => lo = mid,
             Some(_) => hi = mid,
             None => break,
         }
@@ -193,7 +210,8 @@ pub fn Sweep(init: &Init) -> Html {
             .unwrap_or(d)
     };
     let (from, to) = (count_opt("from", lo), count_opt("to", hi));
-    let cap_now = k.estimate().map(|e| e.capacity_bytes as f64).unwrap_or(0.0);
+    let here = k.estimate().ok();
+    let cap_now = here.as_ref().map_or(0.0, |e| e.capacity_bytes as f64);
     // On a linear axis the range ends a little past where the step needs 1.5× the GPU (found
     // on the doublings, then exactly): beyond, everything is off the chart anyway, and the
     // log axis shows the whole range.
@@ -204,7 +222,7 @@ pub fn Sweep(init: &Init) -> Html {
     };
     let cols = columns(&k, knob, &samples(from, lin_to, log));
     let cap = cap_now;
-    let gpu = k.estimate().map(|e| e.gpu).unwrap_or_default();
+    let gpu = here.map(|e| e.gpu).unwrap_or_default();
     if cols.is_empty() {
         return html! {
             <figure class="gm gm-sweep" data-widget="sweep" ref={root}>
@@ -417,7 +435,7 @@ mod tests {
         assert_eq!(samples(1, 16, false), (1..=16).collect::<Vec<_>>());
         assert_eq!(samples(1, 16, true), [1, 2, 4, 8, 16]);
         let s = samples(512, 131072, false);
-        assert_eq!((s[0], s[s.len() - 1], s.len()), (512, 131072, 17));
+        assert_eq!((s[0], s[s.len() - 1], s.len()), (512, 131072, 13));
         assert!(s.iter().all(|v| v % 64 == 0));
         assert_eq!(
             lin_ticks(512, 131072, 5, true),
