@@ -188,7 +188,7 @@ fn scatter(r: &Report) -> String {
 
 fn table(r: &Report) -> String {
     let mut s = String::from(
-        "<div class=\"gm-scroll\"><table class=\"gm-table\"><thead><tr><th scope=\"col\">Run</th><th scope=\"col\">Measured</th>\
+        "<div class=\"gm-scroll\"><table class=\"gm-table gm-runs\"><thead><tr><th scope=\"col\">Run</th><th scope=\"col\">Measured</th>\
          <th scope=\"col\">Predicted</th><th scope=\"col\">Error</th></tr></thead><tbody>",
     );
     for x in &r.rows {
@@ -205,7 +205,7 @@ fn table(r: &Report) -> String {
         };
         let _ = write!(
             s,
-            "<tr><td>{}</td><td class=\"gm-num\">{m}</td><td class=\"gm-num\">{:.2} GiB</td><td class=\"gm-num\">{err}</td></tr>",
+            "<tr><td>{}</td><td class=\"gm-num\" data-label=\"measured\">{m}</td><td class=\"gm-num\" data-label=\"predicted\">{:.2} GiB</td><td class=\"gm-num\" data-label=\"error\">{err}</td></tr>",
             esc(&x.name),
             x.predicted / GIB
         );
