@@ -207,6 +207,26 @@ impl Chrome {
         Ok(v.as_array().cloned().unwrap_or_default())
     }
 
+    /// A Chrome DevTools Protocol command (`Emulation.setDeviceMetricsOverride`, …).
+    pub fn cdp(&self, cmd: &str, params: Value) -> Result<Value> {
+        self.call(
+            "POST",
+            "/goog/cdp/execute",
+            Some(json!({"cmd": cmd, "params": params})),
+        )
+    }
+
+    /// A PNG of a rectangle of the page in CSS pixels, beyond the viewport if need be
+    /// (through the DevTools protocol).
+    pub fn screenshot_clip(&self, x: f64, y: f64, width: f64, height: f64) -> Result<Vec<u8>> {
+        let v = self.cdp(
+            "Page.captureScreenshot",
+            json!({"format": "png", "captureBeyondViewport": true,
+                   "clip": {"x": x, "y": y, "width": width, "height": height, "scale": 1}}),
+        )?;
+        base64_decode(v["data"].as_str().unwrap_or("")).ok_or_else(|| "bad screenshot data".into())
+    }
+
     /// A PNG of the viewport.
     pub fn screenshot(&self) -> Result<Vec<u8>> {
         let v = self.call("GET", "/screenshot", None)?;

@@ -62,6 +62,12 @@ pub fn build_assets(p: &Paths) -> Result<Duration> {
     wasm::bindgen(&module, &tmp)?;
     std::fs::copy(p.root.join("widgets/loader.js"), tmp.join("gpumem.js"))
         .map_err(|e| format!("widgets/loader.js: {e}"))?;
+    // Only the site builder ships this: it hides the note that plain mdBook builds carry
+    // (book/theme/index.hbs), since here the widgets' assets and KaTeX's are in the site.
+    std::fs::write(
+        tmp.join("site.css"),
+        "/* Written by the site builder: the widgets' and KaTeX's assets are here. */\n.gm-assets-note { display: none; }\n",
+    )?;
     let _ = std::fs::remove_dir_all(p.bundle());
     std::fs::rename(&tmp, p.bundle())?;
     katex::assets(&p.target)?;

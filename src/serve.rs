@@ -7,8 +7,9 @@
 //! Only files inside the site directory are served: the URL path may not climb out of it, and
 //! a symbolic link that leads out of it is not followed.
 //!
-//! Pages served here get a few lines of script that poll `/__gpumem/version`; a rebuild bumps
-//! the version and the open pages reload. The built site itself carries no such script.
+//! Pages served here get a script (`/__gpumem/reload.js`) that polls `/__gpumem/version`; a
+//! rebuild bumps the version and the open pages reload. The built site itself carries no
+//! such script. Every response carries a strict Content-Security-Policy ([`CSP`]).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -24,7 +25,18 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 
 use crate::{build_book, Paths, Result};
 
-const RELOAD_SCRIPT: &str = r#"<script>(function(){var v=null;setInterval(function(){fetch("/__gpumem/version",{cache:"no-store"}).then(function(r){return r.text()}).then(function(t){if(v!==null&&t!==v){location.reload()}v=t}).catch(function(){})},500)})();</script>"#;
+/// What live reload adds to a page: a script from the server itself (no inline script, so
+/// the policy below holds in development too).
+const RELOAD_TAG: &str = r#"<script src="/__gpumem/reload.js"></script>"#;
+
+/// The live-reload script: poll the version, reload when it changes.
+const RELOAD_JS: &str = r#"(function(){var v=null;setInterval(function(){fetch("/__gpumem/version",{cache:"no-store"}).then(function(r){return r.text()}).then(function(t){if(v!==null&&t!==v){location.reload()}v=t}).catch(function(){})},500)})();
+"#;
+
+/// The Content-Security-Policy every response carries: scripts only from the site itself
+/// (and the widgets' WebAssembly compiled), no plugins, no other base. The built site needs
+/// nothing more, and serving it this way keeps it so.
+pub const CSP: &str = "script-src 'self' 'wasm-unsafe-eval'; object-src 'none'; base-uri 'self'";
 
 /// The longest request head (request line and headers) read, far above what a browser sends
 /// (cookies included). A longer one is answered 414 or 431 and the connection closed.
@@ -186,6 +198,12 @@ async fn respond(
             "text/plain",
         ));
     }
+    if path == "/__gpumem/reload.js" && state.live_reload {
+        return Ok(with_headers(
+            Response::new(Full::new(Bytes::from_static(RELOAD_JS.as_bytes()))),
+            "text/javascript; charset=utf-8",
+        ));
+    }
     let found = {
         let state = state.clone();
         tokio::task::spawn_blocking(move || page(&state, &path)).await
@@ -215,6 +233,10 @@ fn with_headers(mut r: Response<Full<Bytes>>, ctype: &'static str) -> Response<F
         header::X_CONTENT_TYPE_OPTIONS,
         header::HeaderValue::from_static("nosniff"),
     );
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        header::HeaderValue::from_static(CSP),
+    );
     r
 }
 
@@ -229,8 +251,8 @@ fn page(state: &State, url_path: &str) -> Option<(StatusCode, &'static str, Vec<
     if state.live_reload && ctype.starts_with("text/html") {
         let text = String::from_utf8_lossy(&body);
         let injected = match text.rfind("</body>") {
-            Some(i) => format!("{}{RELOAD_SCRIPT}{}", &text[..i], &text[i..]),
-            None => format!("{text}{RELOAD_SCRIPT}"),
+            Some(i) => format!("{}{RELOAD_TAG}{}", &text[..i], &text[i..]),
+            None => format!("{text}{RELOAD_TAG}"),
         };
         body = injected.into_bytes();
     }

@@ -102,10 +102,17 @@ fn files_are_served_with_their_types_and_the_version() {
         b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000\r\n\r\n",
     );
     assert_eq!(status(&r), "405", "{r}");
-    // Pages served for live reload poll the version; other files, and plain serving, are
-    // left as they are.
-    let script = "fetch(\"/__gpumem/version\"";
+    // Every response carries the strict Content-Security-Policy the site is built for.
+    assert!(
+        get(&addr, "/").contains("script-src 'self' 'wasm-unsafe-eval'"),
+        "the policy"
+    );
+    // Pages served for live reload poll the version through a script from the server (not
+    // inline, which the policy would refuse); other files, and plain serving, are left as
+    // they are.
+    let script = "<script src=\"/__gpumem/reload.js\"></script>";
     assert!(!get(&addr, "/").contains(script));
+    assert_eq!(status(&get(&addr, "/__gpumem/reload.js")), "404");
     let live = start(
         base.join("site"),
         Options {
@@ -116,7 +123,13 @@ fn files_are_served_with_their_types_and_the_version() {
     let r = get(&live, "/");
     let at = r.find(script).expect("the reload script");
     assert!(at < r.find("</body>").unwrap(), "{r}");
+    assert!(!r.contains("<script>"), "no inline script: {r}");
     assert!(!get(&live, "/w.wasm").contains(script));
+    let js = get(&live, "/__gpumem/reload.js");
+    assert!(js.contains("fetch(\"/__gpumem/version\""), "{js}");
+    assert!(js
+        .to_ascii_lowercase()
+        .contains("content-type: text/javascript"));
     let _ = std::fs::remove_dir_all(base);
 }
 

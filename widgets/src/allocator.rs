@@ -4,105 +4,33 @@
 
 use std::rc::Rc;
 
-use gpumem::{gpu, presets, Estimate};
+use gpumem::{gpu, presets};
 use yew::prelude::*;
 
-use crate::controls::{RadioGroup, Select, Slider};
-use crate::format::{gib, params, pct, tokens};
+use crate::controls::{CountSlider, RadioGroup, Select, Slider};
+use crate::format::{gib, params, pct, tokens, Sum};
+use crate::parts::{self, Slice};
 use crate::{store, Init, Knobs};
-
-/// One slice of the bar.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Bucket {
-    /// CSS suffix and stable key (`weights`, `gradients`, …).
-    pub key: &'static str,
-    pub label: &'static str,
-    pub bytes: f64,
-}
-
-/// The slices of a GPU's memory at the peak, in stacking order. Each engine component lands
-/// in exactly one slice, so the slices add up to the expected device total.
-pub fn buckets(e: &Estimate) -> Vec<Bucket> {
-    let training = e.gradients_bytes > 0 || e.optimizer_states_bytes > 0;
-    slices_of(
-        &e.components,
-        training,
-        (e.cuda_context_bytes + e.allocator_reserve_bytes) as f64,
-    )
-}
-
-/// The slices of any set of components (an estimate's, or one pipeline stage's), with the
-/// CUDA context and allocator reserve as `overhead`.
-pub fn slices_of(
-    components: &gpumem::map::Components,
-    training: bool,
-    overhead: f64,
-) -> Vec<Bucket> {
-    let c = |k: &str| components.get(k).copied().unwrap_or(0) as f64;
-    let mut b = vec![Bucket {
-        key: "weights",
-        label: "Weights",
-        bytes: c("weights") + c("master_weights"),
-    }];
-    if training {
-        b.push(Bucket {
-            key: "gradients",
-            label: "Gradients",
-            bytes: c("gradients"),
-        });
-        b.push(Bucket {
-            key: "optimizer",
-            label: "Optimizer",
-            bytes: c("optimizer_states"),
-        });
-    } else {
-        b.push(Bucket {
-            key: "kv",
-            label: "KV cache",
-            bytes: c("kv_cache"),
-        });
-    }
-    b.push(Bucket {
-        key: "activations",
-        label: "Activations",
-        bytes: c("activations"),
-    });
-    b.push(Bucket {
-        key: "logits",
-        label: "Logits",
-        bytes: c("logits"),
-    });
-    b.push(Bucket {
-        key: "temporaries",
-        label: "Temporaries",
-        bytes: c("weight_copies") + c("temporaries"),
-    });
-    b.push(Bucket {
-        key: "overhead",
-        label: "CUDA + allocator",
-        bytes: overhead,
-    });
-    b
-}
 
 /// The stacked bar of `slices` against the capacity tick, the overflow hatched; with
 /// `by_slice` false, one segment for the total.
-pub fn bar(slices: &[Bucket], by_slice: bool, total: f64, cap: f64) -> Html {
+pub fn bar(slices: &[Slice], by_slice: bool, total: f64, cap: f64) -> Html {
     let scale = total.max(cap);
+    let sum = Sum::of(total);
     let segs: Html = if by_slice {
         slices
             .iter()
             .filter(|b| b.bytes > 0.0)
             .map(|b| {
                 html! {
-                    <div class={classes!("gm-seg", format!("gm-c-{}", b.key))}
+                    <div class={classes!("gm-seg", format!("gm-c-{}", b.key()))}
                         style={format!("width:{}", pct(b.bytes, scale))}
-                        title={format!("{}: {}", b.label, gib(b.bytes))}></div>
+                        title={format!("{}: {}", b.label(), sum.gib(b.bytes))}></div>
                 }
             })
             .collect()
     } else {
-        html! { <div class="gm-seg gm-c-total" style={format!("width:{}", pct(total, scale))}></div> }
+        html! { <div class="gm-seg gm-c-weights" style={format!("width:{}", pct(total, scale))}></div> }
     };
     let overflow = (total > cap).then(|| {
         html! {
@@ -118,15 +46,36 @@ pub fn bar(slices: &[Bucket], by_slice: bool, total: f64, cap: f64) -> Html {
     }
 }
 
-/// The legend: a swatch, a name and a size per slice; empty slices only when in `always`.
-pub fn legend(slices: &[Bucket], always: &[&str]) -> Html {
+/// The legend: a swatch, a name and a size per slice, the sizes adding up to `total` as
+/// displayed; empty slices only when in `always`.
+pub fn legend(slices: &[Slice], always: &[&str], total: f64) -> Html {
+    let sum = Sum::of(total);
+    let shown: Vec<(&Slice, String)> = slices
+        .iter()
+        .zip(sum.texts(&slices.iter().map(|s| s.bytes).collect::<Vec<_>>(), total))
+        .filter(|(b, _)| b.bytes > 0.0 || always.contains(&b.key()))
+        .collect();
     html! {
         <ul class="gm-legend">
-            { for slices.iter().filter(|b| b.bytes > 0.0 || always.contains(&b.key)).map(|b| html! {
-                <li data-bucket={b.key}>
-                    <span class={classes!("gm-swatch", format!("gm-c-{}", b.key))} aria-hidden="true"></span>
-                    <span class="gm-name">{ b.label }</span>
-                    <span class="gm-num">{ gib(b.bytes) }</span>
+            { for shown.into_iter().map(|(b, text)| html! {
+                <li data-bucket={b.key()}>
+                    <span class={classes!("gm-swatch", format!("gm-c-{}", b.key()))} aria-hidden="true"></span>
+                    <span class="gm-name">{ b.label() }</span>
+                    <span class="gm-num">{ text }</span>
+                </li>
+            }) }
+        </ul>
+    }
+}
+
+/// A legend of names only (a sweep's), for the parts in `keys`.
+pub fn key_legend(keys: &[&'static str]) -> Html {
+    html! {
+        <ul class="gm-legend">
+            { for keys.iter().filter_map(|k| parts::find(k)).map(|p| html! {
+                <li data-bucket={p.key}>
+                    <span class={classes!("gm-swatch", format!("gm-c-{}", p.key))} aria-hidden="true"></span>
+                    <span class="gm-name">{ p.label }</span>
                 </li>
             }) }
         </ul>
@@ -150,16 +99,6 @@ pub fn use_checked_set(set: Callback<Knobs>) -> (Callback<Knobs>, Option<String>
     };
     (try_set, (*refused).clone())
 }
-
-/// Slices the legend always lists, even when empty at the peak (gradients often are).
-const CORE: &[&str] = &[
-    "weights",
-    "gradients",
-    "optimizer",
-    "kv",
-    "activations",
-    "logits",
-];
 
 /// A model on the size slider.
 #[derive(Clone, Debug, PartialEq)]
@@ -194,20 +133,21 @@ fn ladder(min_b: f64, max_b: f64, current: &str) -> Vec<Rung> {
     })
 }
 
-/// Powers of two between `min` and `max`, plus the current value.
-fn seq_steps(min: u64, max: u64, current: u64) -> Vec<u64> {
+/// Powers of two and the steps halfway between them (512, 768, 1K, 1.5K, 2K, 3K, …)
+/// between `min` and `max`, plus the current value.
+pub fn seq_steps(min: u64, max: u64, current: u64) -> Vec<u64> {
     let mut v: Vec<u64> = (0..40)
-        .map(|i| 1u64 << i)
+        .flat_map(|i| [1u64 << i, (3u64 << i) / 2])
         .filter(|&x| x >= min && x <= max)
         .collect();
-    if !v.contains(&current) {
-        v.push(current);
-        gpumem::order::sort(&mut v);
-    }
+    v.push(current);
+    gpumem::order::sort(&mut v);
+    v.dedup();
     v
 }
 
-const PRECISIONS: &[(&str, &str)] = &[
+/// The training recipes a precision control offers.
+pub const PRECISIONS: &[(&str, &str)] = &[
     ("fp32", "FP32"),
     ("amp-bf16", "AMP BF16"),
     ("bf16", "BF16"),
@@ -215,15 +155,29 @@ const PRECISIONS: &[(&str, &str)] = &[
     ("fp8", "FP8"),
 ];
 
+/// What inference runs in: the weights' format (the activations and the KV cache in the
+/// compute dtype). Training recipes (master weights, optimizer states) mean nothing here.
+pub const INFERENCE_PRECISIONS: &[(&str, &str)] = &[
+    ("fp32", "FP32"),
+    ("bf16", "BF16"),
+    ("fp16", "FP16"),
+    ("bf16,weights=fp8", "FP8 weights"),
+    ("bf16,weights=int8", "INT8 weights"),
+    ("bf16,weights=int4", "INT4 weights"),
+];
+
 pub fn precision_label(p: &str) -> String {
+    if let Some((_, l)) = PRECISIONS
+        .iter()
+        .chain(INFERENCE_PRECISIONS)
+        .find(|(v, _)| *v == p)
+    {
+        return l.to_string();
+    }
     if p.contains('=') {
         return "Custom".into();
     }
-    PRECISIONS
-        .iter()
-        .find(|(v, _)| *v == p)
-        .map(|(_, l)| l.to_string())
-        .unwrap_or_else(|| p.to_ascii_uppercase())
+    p.to_ascii_uppercase()
 }
 
 fn opt_f64(init: &Init, k: &str, default: f64) -> f64 {
@@ -246,10 +200,12 @@ pub fn use_knobs(init: &Init) -> (Knobs, Callback<Knobs>) {
         let setter = knobs.setter();
         let local = init.local;
         let initial = init.knobs.clone();
+        let page = init.page.clone();
         use_effect_with((), move |_| {
             let sub = (!local).then(|| {
                 let s2 = setter.clone();
-                let (current, sub) = store::join(&initial, Callback::from(move |k| s2.set(k)));
+                let (current, sub) =
+                    store::join(&page, &initial, Callback::from(move |k| s2.set(k)));
                 if current != initial {
                     setter.set(current);
                 }
@@ -261,11 +217,12 @@ pub fn use_knobs(init: &Init) -> (Knobs, Callback<Knobs>) {
     let set = {
         let setter = knobs.setter();
         let local = init.local;
+        let page = init.page.clone();
         Callback::from(move |k: Knobs| {
             if local {
                 setter.set(k)
             } else {
-                store::publish(k)
+                store::publish(&page, k)
             }
         })
     };
@@ -327,15 +284,15 @@ pub fn Allocator(init: &Init) -> Html {
         })
     };
 
-    // Batch: whole steps.
+    // Batch: a log scale, every whole number reachable by the keys.
     let batch_min = opt_count(init, "batch-min", 1).max(1);
     let batch_max = opt_count(init, "batch-max", 64).max(batch).max(batch_min);
     let on_batch = {
         let (k, set) = (k.clone(), set.clone());
-        Callback::from(move |b: i64| set.emit(k.with("batch", b.max(1).to_string())))
+        Callback::from(move |b: u64| set.emit(k.with("batch", b.max(1).to_string())))
     };
 
-    // Sequence: powers of two.
+    // Sequence: powers of two and the steps between them.
     let steps = seq_steps(
         opt_count(init, "seq-min", 512),
         opt_count(init, "seq-max", 32768),
@@ -351,8 +308,13 @@ pub fn Allocator(init: &Init) -> Html {
         })
     };
 
-    // Precision pills.
-    let mut pills: Vec<(String, String)> = PRECISIONS
+    // Precision pills: training recipes, or the formats inference runs in.
+    let recipes = if inference {
+        INFERENCE_PRECISIONS
+    } else {
+        PRECISIONS
+    };
+    let mut pills: Vec<(String, String)> = recipes
         .iter()
         .map(|(v, l)| (v.to_string(), l.to_string()))
         .collect();
@@ -406,26 +368,27 @@ pub fn Allocator(init: &Init) -> Html {
         Ok(est) => {
             let total = est.device_bytes as f64;
             let cap = est.capacity_bytes as f64;
+            let sum = Sum::of(total.max(cap));
+            let (total_text, cap_text) = (Sum::of(total).gib(total), gib(cap));
+            let gap = sum.show((sum.units(cap) - sum.units(total)).abs());
             let verdict = if est.fits {
-                format!("{} headroom", gib(est.headroom_bytes as f64))
+                format!("{gap} headroom")
             } else {
-                format!("exceeds by {}", gib(-est.headroom_bytes as f64))
+                format!("exceeds {} by {gap}", est.gpu)
             };
             let summary = format!(
-                "{what} memory budget. {model}, batch {batch}, sequence {}, {} on {}. Total {} of {} — {}.",
+                "{what} memory budget. {model}, batch {batch}, sequence {}, {} on {}. Total {total_text} of {cap_text}: {}.",
                 tokens(seq),
                 precision_label(&precision),
                 est.gpu,
-                gib(total),
-                gib(cap),
                 if est.fits {
                     format!("fits, {verdict}")
                 } else {
                     format!("does not fit, {verdict}")
                 }
             );
-            let slices = buckets(&est);
-            let legend = show_breakdown.then(|| legend(&slices, CORE));
+            let slices = parts::of_estimate(&est);
+            let legend = show_breakdown.then(|| legend(&slices, parts::always_listed(&est), total));
             let grads_later = !inference
                 && est.gradients_bytes > 0
                 && est.components.get("gradients").copied().unwrap_or(0) == 0;
@@ -442,8 +405,8 @@ pub fn Allocator(init: &Init) -> Html {
                 <>
                     <p class="gm-total">
                         <span class="gm-label">{ "Total" }</span>
-                        <strong class="gm-big" data-value="total">{ gib(total) }</strong>
-                        <span class="gm-of">{ format!("of {} on {}", gib(cap), est.gpu) }</span>
+                        <strong class="gm-big" data-value="total">{ total_text }</strong>
+                        <span class="gm-of">{ format!("of {cap_text} on {}", est.gpu) }</span>
                     </p>
                     { bar(&slices, show_breakdown, total, cap) }
                     <p class={classes!("gm-verdict", if est.fits { "gm-ok" } else { "gm-over" })} data-value="verdict">
@@ -451,7 +414,9 @@ pub fn Allocator(init: &Init) -> Html {
                     </p>
                     { legend }
                     <p class="gm-note">{ phase_note }</p>
-                    { for est.notes.iter().map(|n| html! { <p class="gm-note">{ n.clone() }</p> }) }
+                    // In a box of their own: a note more or less must not make the controls
+                    // below new elements (Yew matches unkeyed children from the end).
+                    <div class="gm-notes">{ for est.notes.iter().map(|n| html! { <p class="gm-note">{ n.clone() }</p> }) }</div>
                     <p class="gm-sr" id={summary_id.clone()} aria-live="polite">{ summary }</p>
                 </>
             }
@@ -469,8 +434,8 @@ pub fn Allocator(init: &Init) -> Html {
             <div class="gm-controls">
                 <Slider id={format!("{uid}-model")} label="Model" min={0} max={rungs.len().saturating_sub(1) as i64}
                     value={model_at as i64} valuetext={model_text} on_change={on_model} />
-                <Slider id={format!("{uid}-batch")} label="Batch" min={batch_min as i64} max={batch_max as i64}
-                    value={batch as i64} valuetext={batch.to_string()} on_change={on_batch} />
+                <CountSlider id={format!("{uid}-batch")} label="Batch" min={batch_min} max={batch_max}
+                    value={batch} valuetext={batch.to_string()} on_change={on_batch} />
                 <Slider id={format!("{uid}-seq")} label="Sequence" min={0} max={steps.len().saturating_sub(1) as i64}
                     value={seq_at as i64} valuetext={format!("{} tokens", tokens(seq))} on_change={on_seq} />
                 <RadioGroup id={format!("{uid}-precision")} label="Precision" options={pills}
@@ -490,6 +455,7 @@ mod tests {
         Init {
             widget: "allocator".into(),
             uid: "t".into(),
+            page: "t".into(),
             knobs: Knobs(
                 knobs
                     .iter()
@@ -523,7 +489,7 @@ mod tests {
             )
             .estimate()
             .unwrap();
-            let sum: f64 = buckets(&e).iter().map(|b| b.bytes).sum();
+            let sum: f64 = parts::of_estimate(&e).iter().map(|b| b.bytes).sum();
             assert!((sum - e.device_bytes as f64).abs() < 8.0, "{knobs:?}");
         }
     }
@@ -560,7 +526,7 @@ mod tests {
             &[],
         );
         let html = crate::render(&i).unwrap();
-        assert!(html.contains("exceeds by"), "{html}");
+        assert!(html.contains("exceeds H100-80GB by"), "{html}");
         assert!(html.contains("gm-overflow"));
         assert!(html.contains("does not fit"));
     }
@@ -578,9 +544,15 @@ mod tests {
         let html = crate::render(&i).unwrap();
         assert!(!html.contains("gm-legend"));
         assert!(html.contains("Custom (80 GiB)"));
-        // Sequence: 512, 1K, 2K, 4K, 8K → index 0..4.
-        assert!(html.contains(r#"id="t-seq" min="0" max="4""#), "{html}");
-        assert!(html.contains(r#"id="t-batch" min="1" max="16""#), "{html}");
+        // Sequence: 512, 768, 1K, 1.5K, 2K, 3K, 4K, 6K, 8K → index 0..8.
+        assert!(html.contains(r#"id="t-seq" min="0" max="8""#), "{html}");
+        assert_eq!(seq_steps(512, 8192, 1000)[..4], [512, 768, 1000, 1024]);
+        // Batch: a log track of 16 positions per doubling, the values 1 to 16.
+        assert!(html.contains(r#"id="t-batch" min="0" max="64""#), "{html}");
+        assert!(
+            html.contains(r#"aria-valuemin="1" aria-valuemax="16""#),
+            "{html}"
+        );
         let rungs = ladder(0.5, 175.0, "gpt2");
         assert!(
             rungs.iter().any(|r| r.name == "gpt2"),

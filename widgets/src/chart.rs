@@ -1,22 +1,35 @@
-//! Pieces the SVG charts share: scales, ticks, and the toolbar every chart carries.
+//! Pieces the SVG charts share: scales, ticks, the chart's width on the page, labels that
+//! fit, and the toolbar every chart carries.
 
 use gpumem::num::fixed;
 use yew::prelude::*;
 
 const GIB: f64 = 1073741824.0;
 
-/// Round GiB ticks from 0 to at least `max_bytes` (about five of them), in bytes.
-pub fn ticks(max_bytes: f64) -> Vec<f64> {
+/// The width charts are drawn at when the book is built (and until the browser has laid the
+/// page out): a column of the book at its usual width.
+pub const DEFAULT_WIDTH: f64 = 640.0;
+/// The narrowest and widest a chart is drawn at.
+pub const MIN_WIDTH: f64 = 260.0;
+pub const MAX_WIDTH: f64 = 900.0;
+
+/// Round GiB ticks from 0 to at least `max_bytes` (about `n` of them), in bytes.
+pub fn ticks_n(max_bytes: f64, n: f64) -> Vec<f64> {
     let max = (max_bytes / GIB).max(1e-3);
-    let raw = max / 5.0;
+    let raw = max / n.max(1.0);
     let mag = 10f64.powf(raw.log10().floor());
     let step = [1.0, 2.0, 2.5, 5.0, 10.0]
         .iter()
         .map(|m| m * mag)
         .find(|s| *s >= raw)
         .unwrap_or(10.0 * mag);
-    let n = (max / step).ceil() as usize;
-    (0..=n).map(|i| i as f64 * step * GIB).collect()
+    let k = (max / step - 1e-9).ceil().max(1.0) as usize;
+    (0..=k).map(|i| i as f64 * step * GIB).collect()
+}
+
+/// Round GiB ticks from 0 to at least `max_bytes` (about five of them), in bytes.
+pub fn ticks(max_bytes: f64) -> Vec<f64> {
+    ticks_n(max_bytes, 5.0)
 }
 
 /// A tick label: "0", "20 GiB", "2.5 GiB".
@@ -36,6 +49,22 @@ pub fn n(x: f64) -> String {
     fixed(x, 2)
 }
 
+/// About how wide a chart label is, in pixels, at the charts' 11 px.
+pub fn text_width(text: &str) -> f64 {
+    text.chars().count() as f64 * 6.3
+}
+
+/// `text`, shortened with an ellipsis to fit `px` pixels.
+pub fn fit(text: &str, px: f64) -> String {
+    let max = (px / 6.3).floor().max(1.0) as usize;
+    if text.chars().count() <= max {
+        return text.to_string();
+    }
+    let mut t: String = text.chars().take(max.saturating_sub(1)).collect();
+    t.push('…');
+    t
+}
+
 /// Horizontal grid lines with their GiB labels, from `left` to `right`; `y` maps bytes.
 pub fn grid(ticks: &[f64], left: f64, right: f64, y: impl Fn(f64) -> f64) -> Html {
     ticks
@@ -51,6 +80,46 @@ pub fn grid(ticks: &[f64], left: f64, right: f64, y: impl Fn(f64) -> f64) -> Htm
         .collect()
 }
 
+/// The width a chart takes on the page, in CSS pixels, so that one unit of its `viewBox` is
+/// one pixel and its text is drawn at its size (11 px) on a phone as on a desktop. Built
+/// pages carry [`DEFAULT_WIDTH`]; in the browser the chart is measured once it is laid out
+/// and again when the window is resized. Attach the returned ref to the `<svg>`.
+#[hook]
+pub fn use_width() -> (NodeRef, f64) {
+    let node = use_node_ref();
+    let width = use_state_eq(|| DEFAULT_WIDTH);
+    #[cfg(target_arch = "wasm32")]
+    {
+        use wasm_bindgen::prelude::*;
+        use wasm_bindgen::JsCast;
+        let (node, width) = (node.clone(), width.clone());
+        use_effect_with((), move |_| {
+            let measure = move || {
+                if let Some(el) = node.cast::<web_sys::Element>() {
+                    let w = el.get_bounding_client_rect().width();
+                    if w > 0.0 {
+                        width.set(w.round().clamp(MIN_WIDTH, MAX_WIDTH));
+                    }
+                }
+            };
+            measure();
+            let cb = Closure::<dyn Fn()>::new(measure);
+            let win = web_sys::window();
+            if let Some(w) = &win {
+                let _ = w.add_event_listener_with_callback("resize", cb.as_ref().unchecked_ref());
+            }
+            move || {
+                if let Some(w) = win {
+                    let _ = w
+                        .remove_event_listener_with_callback("resize", cb.as_ref().unchecked_ref());
+                }
+                drop(cb);
+            }
+        });
+    }
+    (node, *width)
+}
+
 /// A widget whose scenario the engine refuses: the figure with the engine's message.
 pub fn refused(widget: &'static str, root: NodeRef, err: impl std::fmt::Display) -> Html {
     html! {
@@ -60,23 +129,43 @@ pub fn refused(widget: &'static str, root: NodeRef, err: impl std::fmt::Display)
     }
 }
 
+/// The scenario in a line, for exported files: `model=llama3.1-8b · batch=1 · seq=2k`.
+pub fn settings(k: &crate::Knobs) -> String {
+    gpumem::knobs::KNOBS
+        .iter()
+        .filter_map(|key| k.get(key).map(|v| format!("{key}={v}")))
+        .collect::<Vec<_>>()
+        .join(" · ")
+}
+
 #[derive(Properties, PartialEq)]
 pub struct ToolbarProps {
     /// The widget's uid: the file names of exports derive from it.
     pub name: AttrValue,
+    /// The scenario, written into exported files.
+    #[prop_or_default]
+    pub settings: AttrValue,
+}
+
+/// What the toolbar says after an action, and a link to show when it could not be copied.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Status {
+    pub message: String,
+    pub link: Option<String>,
 }
 
 /// Copy a permalink to this view; save the chart as SVG or PNG. Hidden until the widget is
 /// live (the buttons need the script).
 #[component]
 pub fn Toolbar(p: &ToolbarProps) -> Html {
-    let status = use_state(String::new);
+    let status = use_state(Status::default);
     let act = |what: &'static str| {
         let status = status.clone();
-        let name = p.name.to_string();
+        let (name, settings) = (p.name.to_string(), p.settings.to_string());
         Callback::from(move |e: MouseEvent| {
-            let msg = crate::export::run(what, &e, &name);
-            status.set(msg);
+            let s = status.setter();
+            let report = Callback::from(move |st: Status| s.set(st));
+            crate::export::run(what, &e, &name, &settings, report);
         })
     };
     html! {
@@ -84,7 +173,13 @@ pub fn Toolbar(p: &ToolbarProps) -> Html {
             <button type="button" onclick={act("link")}>{ "Copy link" }</button>
             <button type="button" onclick={act("svg")}>{ "Save SVG" }</button>
             <button type="button" onclick={act("png")}>{ "Save PNG" }</button>
-            <span class="gm-status" role="status">{ (*status).clone() }</span>
+            <span class="gm-status" role="status">
+                { status.message.clone() }
+                if let Some(link) = &status.link {
+                    <input class="gm-link" type="text" readonly=true value={link.clone()}
+                        aria-label="The link to this view" />
+                }
+            </span>
         </div>
     }
 }

@@ -41,6 +41,81 @@ pub fn Slider(p: &SliderProps) -> Html {
     }
 }
 
+#[derive(Properties, PartialEq)]
+pub struct CountSliderProps {
+    pub id: AttrValue,
+    pub label: AttrValue,
+    pub min: u64,
+    pub max: u64,
+    pub value: u64,
+    /// The value in words, for the visible readout and `aria-valuetext`.
+    pub valuetext: AttrValue,
+    pub on_change: Callback<u64>,
+}
+
+/// Positions per doubling on a [`CountSlider`]'s track.
+const PER_OCTAVE: f64 = 16.0;
+
+/// A whole number on a log scale: dragging moves through 1, 2, 4, … evenly, while the arrow
+/// keys step by one, so every number in the range can be reached (Page Up/Down double and
+/// halve, Home/End jump to the ends).
+#[component]
+pub fn CountSlider(p: &CountSliderProps) -> Html {
+    let (min, max) = (p.min.max(1), p.max.max(p.min.max(1)));
+    let span = (max as f64 / min as f64).log2();
+    let positions = (span * PER_OCTAVE).ceil().max(1.0) as i64;
+    let at = |v: u64| -> i64 {
+        ((v.clamp(min, max) as f64 / min as f64).log2() / span.max(1e-9) * positions as f64).round()
+            as i64
+    };
+    let oninput = {
+        let cb = p.on_change.clone();
+        Callback::from(move |e: InputEvent| {
+            let el: HtmlInputElement = e.target_unchecked_into();
+            if let Ok(i) = el.value().parse::<i64>() {
+                let f = i.clamp(0, positions) as f64 / positions as f64;
+                let v = (min as f64 * (span * f).exp2()).round() as u64;
+                cb.emit(v.clamp(min, max));
+            }
+        })
+    };
+    // The value the keys step from: the last one sent, so that keys pressed faster than the
+    // page redraws each count.
+    let sent = use_mut_ref(|| p.value);
+    *sent.borrow_mut() = p.value;
+    let onkeydown = {
+        let (cb, sent) = (p.on_change.clone(), sent.clone());
+        Callback::from(move |e: KeyboardEvent| {
+            let value = *sent.borrow();
+            let to = match e.key().as_str() {
+                "ArrowRight" | "ArrowUp" => value.saturating_add(1),
+                "ArrowLeft" | "ArrowDown" => value.saturating_sub(1),
+                "PageUp" => value.saturating_mul(2),
+                "PageDown" => value / 2,
+                "Home" => min,
+                "End" => max,
+                _ => return,
+            };
+            e.prevent_default();
+            e.stop_propagation();
+            let to = to.clamp(min, max);
+            *sent.borrow_mut() = to;
+            cb.emit(to);
+        })
+    };
+    html! {
+        <div class="gm-control">
+            <label for={p.id.clone()}>{ p.label.clone() }</label>
+            <input type="range" id={p.id.clone()} min="0" max={positions.to_string()}
+                step="1" value={at(p.value).to_string()}
+                aria-valuemin={min.to_string()} aria-valuemax={max.to_string()}
+                aria-valuenow={p.value.to_string()} aria-valuetext={p.valuetext.clone()}
+                {oninput} {onkeydown} />
+            <output for={p.id.clone()} aria-hidden="true">{ p.valuetext.clone() }</output>
+        </div>
+    }
+}
+
 /// A choice among named values: the radiogroup's and the select's props.
 #[derive(Properties, PartialEq)]
 pub struct ChoiceProps {

@@ -1,53 +1,128 @@
-//! The toolbar's actions: a permalink to the page's current state, and the chart as a file.
+//! The toolbar's actions: a permalink to the page's current state, and the chart as a file
+//! that stands alone (a title, the legend, the scenario and the theme's colours in it).
 //! Natively (the book build) there is nothing to do.
 
+use yew::Callback;
+
+use crate::chart::Status;
+
 #[cfg(not(target_arch = "wasm32"))]
-pub fn run(_what: &str, _e: &yew::MouseEvent, _name: &str) -> String {
-    String::new()
-}
+pub fn run(_what: &str, _e: &yew::MouseEvent, _name: &str, _settings: &str, _s: Callback<Status>) {}
 
 #[cfg(target_arch = "wasm32")]
-pub fn run(what: &str, e: &yew::MouseEvent, name: &str) -> String {
+pub fn run(what: &str, e: &yew::MouseEvent, name: &str, settings: &str, status: Callback<Status>) {
     use wasm_bindgen::JsCast;
+    let say = |m: &str| Status {
+        message: m.to_string(),
+        link: None,
+    };
     let Some(figure) = e
         .target()
         .and_then(|t| t.dyn_into::<web_sys::Element>().ok())
         .and_then(|el| el.closest("figure").ok().flatten())
     else {
-        return String::new();
+        return;
     };
     match what {
-        "link" => copy_link(),
-        _ => match figure.query_selector("svg.gm-chart").ok().flatten() {
-            Some(svg) => match save(&svg, what, name) {
-                Ok(()) => format!("Saved {name}.{what}"),
-                Err(_) => "Could not save the chart".into(),
+        "link" => copy_link(status),
+        _ => status.emit(match figure.query_selector("svg.gm-chart").ok().flatten() {
+            Some(svg) => match save(&figure, &svg, what, name, settings) {
+                Ok(()) => say(&format!("Saved {name}.{what}")),
+                Err(_) => say("Could not save the chart"),
             },
-            None => "This widget has no chart to save".into(),
-        },
+            None => say("This widget has no chart to save"),
+        }),
     }
 }
 
-/// The page's URL, which carries the page's knobs (see `store::url`), to the clipboard.
+/// The page's URL, which carries the page's knobs (see `store::url`), to the clipboard. The
+/// clipboard answers later; until it does the toolbar says so, and if it refuses, the link
+/// is shown to copy by hand.
 #[cfg(target_arch = "wasm32")]
-fn copy_link() -> String {
+fn copy_link(status: Callback<Status>) {
+    use wasm_bindgen::prelude::*;
     let Some(w) = web_sys::window() else {
-        return String::new();
+        return;
     };
     let href = w.location().href().unwrap_or_default();
-    let clip = w.navigator().clipboard();
-    let _ = clip.write_text(&href);
-    format!("Link copied: {href}")
+    let refused = {
+        let (status, href) = (status.clone(), href.clone());
+        move |why: &str| {
+            status.emit(Status {
+                message: format!("Not copied ({why}). The link:"),
+                link: Some(href.clone()),
+            })
+        }
+    };
+    // `navigator.clipboard` is absent outside secure contexts.
+    let nav = w.navigator();
+    let has = js_sys::Reflect::get(&nav, &JsValue::from_str("clipboard"))
+        .map(|c| !c.is_undefined() && !c.is_null())
+        .unwrap_or(false);
+    if !has {
+        refused("this page may not use the clipboard");
+        return;
+    }
+    status.emit(Status {
+        message: "Copying the link…".into(),
+        link: None,
+    });
+    let ok = {
+        let (status, href) = (status.clone(), href.clone());
+        Closure::once(move |_: JsValue| {
+            status.emit(Status {
+                message: format!("Link copied: {href}"),
+                link: None,
+            })
+        })
+    };
+    let err = Closure::once(move |_: JsValue| refused("the browser refused the clipboard"));
+    let _ = nav.clipboard().write_text(&href).then2(&ok, &err);
+    ok.forget();
+    err.forget();
 }
 
-/// Serialise the chart with its computed colours inlined (the theme's CSS variables do not
-/// travel with the file); PNG goes through an image and a canvas at twice the size.
+/// Properties copied from the computed style onto each exported element: the theme's CSS
+/// variables do not travel with the file.
 #[cfg(target_arch = "wasm32")]
-fn save(svg: &web_sys::Element, what: &str, name: &str) -> Result<(), wasm_bindgen::JsValue> {
+const STYLE: &[&str] = &[
+    "fill",
+    "fill-opacity",
+    "stroke",
+    "stroke-width",
+    "stroke-dasharray",
+    "stroke-linejoin",
+    "stroke-opacity",
+    "paint-order",
+    "font-family",
+    "font-size",
+    "font-weight",
+    "opacity",
+];
+
+/// The chart as a standalone SVG (or a PNG of it, through an image and a canvas at twice the
+/// size): the figure's title, the chart with its computed styles inlined (dashes included),
+/// the legend, the scenario, on an opaque background in the theme's colours.
+#[cfg(target_arch = "wasm32")]
+fn save(
+    figure: &web_sys::Element,
+    svg: &web_sys::Element,
+    what: &str,
+    name: &str,
+    settings: &str,
+) -> Result<(), wasm_bindgen::JsValue> {
+    use gpumem::num::fixed;
     use wasm_bindgen::prelude::*;
     use wasm_bindgen::JsCast;
     let w = web_sys::window().ok_or(JsValue::NULL)?;
     let doc = w.document().ok_or(JsValue::NULL)?;
+    let style = |el: &web_sys::Element, prop: &str| -> String {
+        w.get_computed_style(el)
+            .ok()
+            .flatten()
+            .and_then(|s| s.get_property_value(prop).ok())
+            .unwrap_or_default()
+    };
     let clone = svg
         .clone_node_with_deep(true)?
         .dyn_into::<web_sys::Element>()?;
@@ -63,20 +138,124 @@ fn save(svg: &web_sys::Element, what: &str, name: &str) -> Result<(), wasm_bindg
         ) else {
             continue;
         };
-        if let Some(style) = w.get_computed_style(&a)? {
-            for prop in ["fill", "stroke", "font-family", "font-size", "opacity"] {
-                let v = style.get_property_value(prop)?;
-                if !v.is_empty() {
-                    b.set_attribute(prop, &v)?;
-                }
+        for prop in STYLE {
+            let v = style(&a, prop);
+            if !v.is_empty() && v != "none" || *prop == "fill" || *prop == "stroke" {
+                b.set_attribute(prop, &v)?;
             }
         }
     }
-    clone.set_attribute("xmlns", "http://www.w3.org/2000/svg")?;
-    let text = web_sys::XmlSerializer::new()?.serialize_to_string(&clone)?;
+    // Opaque: the figure's background, or the page's where the figure has none.
+    let mut bg = style(figure, "background-color");
+    if bg.is_empty() || bg.contains("rgba(0, 0, 0, 0)") || bg == "transparent" {
+        bg = doc
+            .body()
+            .map(|b| style(&b, "background-color"))
+            .unwrap_or_else(|| "#ffffff".into());
+    }
+    let fg = style(figure, "color");
+    let text = |sel: &str| -> String {
+        figure
+            .query_selector(sel)
+            .ok()
+            .flatten()
+            .and_then(|e| e.text_content())
+            .unwrap_or_default()
+    };
+    let esc = |s: &str| {
+        s.replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+    };
+    let view = svg.get_attribute("viewBox").unwrap_or_default();
+    let dims: Vec<f64> = view
+        .split_whitespace()
+        .filter_map(gpumem::num::parse_f64)
+        .collect();
+    let (cw, ch) = (
+        dims.get(2).copied().unwrap_or(640.0),
+        dims.get(3).copied().unwrap_or(300.0),
+    );
+    let pad = 16.0;
+    let width = cw + 2.0 * pad;
+    // The legend: a swatch in the slice's colour, the name and the figure.
+    let mut legend = String::new();
+    let items = figure.query_selector_all(".gm-legend li")?;
+    let cols = ((width - 2.0 * pad) / 210.0).floor().max(1.0) as u32;
+    let top = pad + 40.0 + ch + 10.0;
+    for i in 0..items.length() {
+        let Some(li) = items
+            .item(i)
+            .and_then(|n| n.dyn_into::<web_sys::Element>().ok())
+        else {
+            continue;
+        };
+        let swatch = li
+            .query_selector(".gm-swatch")
+            .ok()
+            .flatten()
+            .map(|s| style(&s, "background-color"))
+            .unwrap_or_default();
+        let label = [".gm-name", ".gm-num"]
+            .iter()
+            .filter_map(|s| li.query_selector(s).ok().flatten())
+            .filter_map(|e| e.text_content())
+            .collect::<Vec<_>>()
+            .join(" ");
+        let (x, y) = (
+            pad + (i % cols) as f64 * 210.0,
+            top + (i / cols) as f64 * 18.0,
+        );
+        legend.push_str(&format!(
+            "<rect x=\"{}\" y=\"{}\" width=\"11\" height=\"11\" fill=\"{swatch}\"/>\
+             <text x=\"{}\" y=\"{}\" font-size=\"12\" fill=\"{fg}\">{}</text>",
+            fixed(x, 1),
+            fixed(y, 1),
+            fixed(x + 16.0, 1),
+            fixed(y + 10.0, 1),
+            esc(&label)
+        ));
+    }
+    let rows = items.length().div_ceil(cols) as f64;
+    let foot = top + rows * 18.0 + 12.0;
+    let height = foot + 18.0 + pad;
+    let href = w.location().href().unwrap_or_default();
+    let chart = web_sys::XmlSerializer::new()?.serialize_to_string(&clone)?;
+    // The chart nested at its own size: its viewBox maps to as many pixels.
+    let chart = chart.replacen(
+        "<svg",
+        &format!(
+            "<svg x=\"{pad}\" y=\"{}\" width=\"{}\" height=\"{}\"",
+            fixed(pad + 40.0, 1),
+            fixed(cw, 1),
+            fixed(ch, 1)
+        ),
+        1,
+    );
+    let file = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w_}\" height=\"{h_}\" viewBox=\"0 0 {w_} {h_}\" \
+         font-family=\"{font}\">\
+         <rect width=\"100%\" height=\"100%\" fill=\"{bg}\"/>\
+         <text x=\"{pad}\" y=\"{t1}\" font-size=\"15\" font-weight=\"600\" fill=\"{fg}\">{title}</text>\
+         <text x=\"{pad}\" y=\"{t2}\" font-size=\"12\" fill=\"{fg}\">{sub}</text>\
+         {chart}{legend}\
+         <text x=\"{pad}\" y=\"{f1}\" font-size=\"11\" fill=\"{fg}\">{settings}</text>\
+         <text x=\"{pad}\" y=\"{f2}\" font-size=\"11\" fill=\"{fg}\">{source}</text></svg>",
+        w_ = fixed(width, 0),
+        h_ = fixed(height, 0),
+        font = esc(&style(figure, "font-family")).replace('"', "'"),
+        t1 = fixed(pad + 14.0, 1),
+        t2 = fixed(pad + 32.0, 1),
+        title = esc(&text(".gm-title")),
+        sub = esc(&text(".gm-sub")),
+        f1 = fixed(foot, 1),
+        f2 = fixed(foot + 16.0, 1),
+        settings = esc(settings),
+        source = esc(&format!("gpumem · {href}")),
+    );
     let url = format!(
         "data:image/svg+xml;charset=utf-8,{}",
-        String::from(js_sys::encode_uri_component(&text))
+        String::from(js_sys::encode_uri_component(&file))
     );
     let download = move |href: &str, ext: &str| -> Result<(), JsValue> {
         let doc = web_sys::window()
@@ -93,14 +272,13 @@ fn save(svg: &web_sys::Element, what: &str, name: &str) -> Result<(), wasm_bindg
     if what == "svg" {
         return download(&url, "svg");
     }
-    let rect = svg.get_bounding_client_rect();
-    let (width, height) = (rect.width().max(1.0) * 2.0, rect.height().max(1.0) * 2.0);
+    let (pw, ph) = (width * 2.0, height * 2.0);
     let img = web_sys::HtmlImageElement::new()?;
     let canvas = doc
         .create_element("canvas")?
         .dyn_into::<web_sys::HtmlCanvasElement>()?;
-    canvas.set_width(width as u32);
-    canvas.set_height(height as u32);
+    canvas.set_width(pw as u32);
+    canvas.set_height(ph as u32);
     let img2 = img.clone();
     let name = name.to_string();
     let onload = Closure::once(move || {
@@ -110,8 +288,7 @@ fn save(svg: &web_sys::Element, what: &str, name: &str) -> Result<(), wasm_bindg
         let Ok(ctx) = ctx.dyn_into::<web_sys::CanvasRenderingContext2d>() else {
             return;
         };
-        let _ =
-            ctx.draw_image_with_html_image_element_and_dw_and_dh(&img2, 0.0, 0.0, width, height);
+        let _ = ctx.draw_image_with_html_image_element_and_dw_and_dh(&img2, 0.0, 0.0, pw, ph);
         if let Ok(png) = canvas.to_data_url_with_type("image/png") {
             if let Some(doc) = web_sys::window().and_then(|w| w.document()) {
                 if let Ok(a) = doc.create_element("a").and_then(|a| {

@@ -1,40 +1,171 @@
-//! How numbers read in the widgets and the prose.
+//! How numbers read in the widgets and the prose: sizes in GiB, counts with thousands
+//! separators or scaled, sums whose displayed parts add up to their displayed total, and a
+//! typographic minus sign.
 
 use gpumem::num::fixed;
 
 const GIB: f64 = 1073741824.0;
 
-/// Bytes as GiB: one decimal, two below 1 GiB ("52.7 GiB", "0.50 GiB").
-pub fn gib(bytes: f64) -> String {
-    let g = bytes / GIB;
-    if g.abs() < 1.0 {
-        format!("{} GiB", fixed(g, 2))
+/// The minus sign (U+2212), not a hyphen.
+pub const MINUS: char = '−';
+
+/// Decimals a size in GiB shows with: one from 1 GiB up, two below.
+fn decimals(bytes: f64) -> usize {
+    if (bytes / GIB).abs() < 1.0 {
+        2
     } else {
-        format!("{} GiB", fixed(g, 1))
+        1
     }
 }
 
-/// A token count: 2048 → "2K", 1536 → "1.5K", 131072 → "128K", 1000 → "1000".
+/// `fixed`, with a typographic minus and never a negative zero ("−0.0").
+pub fn signed(x: f64, decimals: usize) -> String {
+    let s = fixed(x, decimals);
+    match s.strip_prefix('-') {
+        Some(rest) if rest.bytes().all(|b| b == b'0' || b == b'.') => rest.to_string(),
+        Some(rest) => format!("{MINUS}{rest}"),
+        None => s,
+    }
+}
+
+/// Bytes as GiB: one decimal, two below 1 GiB ("52.7 GiB", "0.50 GiB").
+pub fn gib(bytes: f64) -> String {
+    format!("{} GiB", signed(bytes / GIB, decimals(bytes)))
+}
+
+/// Sizes that are shown as a sum: every part rounded at the total's decimals, and the
+/// rounding of the parts shared out (largest remainders first) so that the parts as displayed
+/// add up to the total as displayed.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sum {
+    decimals: usize,
+}
+
+impl Sum {
+    /// The rounding for a sum whose total is `total` bytes (the precision [`gib`] shows it at).
+    pub fn of(total: f64) -> Sum {
+        Sum {
+            decimals: decimals(total),
+        }
+    }
+
+    fn scale(&self) -> f64 {
+        10f64.powi(self.decimals as i32) / GIB
+    }
+
+    /// Bytes in the sum's units (tenths or hundredths of a GiB), rounded.
+    pub fn units(&self, bytes: f64) -> i64 {
+        (bytes * self.scale()).round() as i64
+    }
+
+    /// Units as text: "12.3 GiB".
+    pub fn show(&self, units: i64) -> String {
+        format!(
+            "{} GiB",
+            signed(
+                units as f64 / 10f64.powi(self.decimals as i32),
+                self.decimals
+            )
+        )
+    }
+
+    /// `bytes` as text at this sum's precision.
+    pub fn gib(&self, bytes: f64) -> String {
+        self.show(self.units(bytes))
+    }
+
+    /// The parts in units, adding up to the total's units exactly.
+    pub fn parts(&self, parts: &[f64], total: f64) -> Vec<i64> {
+        let exact: Vec<f64> = parts.iter().map(|b| b * self.scale()).collect();
+        let mut units: Vec<i64> = exact.iter().map(|x| x.floor() as i64).collect();
+        let mut short = self.units(total) - units.iter().sum::<i64>();
+        // Hand the missing units to the largest remainders (or take the excess from the
+        // smallest), one each, in a stable order.
+        let mut order: Vec<usize> = (0..parts.len()).collect();
+        gpumem::order::sort_by(&mut order, |&a, &b| {
+            let (ra, rb) = (exact[a] - exact[a].floor(), exact[b] - exact[b].floor());
+            rb.total_cmp(&ra)
+        });
+        let n = order.len();
+        let mut i = 0;
+        while short > 0 && n > 0 {
+            units[order[i % n]] += 1;
+            short -= 1;
+            i += 1;
+        }
+        let mut i = 0;
+        while short < 0 && n > 0 {
+            let k = order[n - 1 - (i % n)];
+            if units[k] > 0 || i >= n {
+                units[k] -= 1;
+                short += 1;
+            }
+            i += 1;
+        }
+        units
+    }
+
+    /// The parts as text, adding up to [`Sum::gib`] of the total.
+    pub fn texts(&self, parts: &[f64], total: f64) -> Vec<String> {
+        self.parts(parts, total)
+            .into_iter()
+            .map(|u| self.show(u))
+            .collect()
+    }
+}
+
+/// A token count: 2048 → "2K", 1536 → "1.5K", 131072 → "128K", 3701 → "3,701".
 pub fn tokens(n: u64) -> String {
     if n >= 1024 && n.is_multiple_of(1024) {
         format!("{}K", n / 1024)
     } else if n >= 1024 && n.is_multiple_of(512) {
         format!("{}K", fixed(n as f64 / 1024.0, 1))
     } else {
-        n.to_string()
+        count(n)
     }
 }
 
-/// A parameter count: 8,030,261,248 → "8.0B", 124,439,808 → "124M", 671B → "671B".
+/// A whole number with thousands separators: 8030261248 → "8,030,261,248".
+pub fn count(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A count scaled to three significant figures: 8,030,261,248 → "8.03B", 124,439,808 →
+/// "124M", 6,815,744 → "6.82M", 7,000,000,000 → "7B", 671B → "671B".
 pub fn params(n: u64) -> String {
     let x = n as f64;
-    if x >= 99.95e9 {
-        format!("{}B", fixed(x / 1e9, 0))
-    } else if x >= 1e9 {
-        format!("{}B", fixed(x / 1e9, 1))
+    let (v, unit) = if x >= 999.5e9 {
+        (x / 1e12, "T")
+    } else if x >= 999.5e6 {
+        (x / 1e9, "B")
+    } else if x >= 999.5e3 {
+        (x / 1e6, "M")
+    } else if x >= 1e3 {
+        (x / 1e3, "K")
     } else {
-        format!("{}M", fixed(x / 1e6, 0))
+        return n.to_string();
+    };
+    let d = if v >= 99.95 {
+        0
+    } else if v >= 9.995 {
+        1
+    } else {
+        2
+    };
+    let mut s = fixed(v, d);
+    if s.contains('.') {
+        let keep = s.trim_end_matches('0').trim_end_matches('.').len();
+        s.truncate(keep);
     }
+    format!("{s}{unit}")
 }
 
 /// A percentage of a whole, for CSS widths: three decimals, never negative.
@@ -63,6 +194,26 @@ pub fn escape_attr(s: &str) -> String {
     out
 }
 
+/// Lines of at most about `width` characters, broken between words (a word longer than the
+/// width stands on a line of its own).
+pub fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    let mut cur = String::new();
+    for w in text.split(' ').filter(|w| !w.is_empty()) {
+        if !cur.is_empty() && cur.chars().count() + 1 + w.chars().count() > width {
+            lines.push(std::mem::take(&mut cur));
+        }
+        if !cur.is_empty() {
+            cur.push(' ');
+        }
+        cur.push_str(w);
+    }
+    if !cur.is_empty() {
+        lines.push(cur);
+    }
+    lines
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -71,18 +222,68 @@ mod tests {
     fn readable_numbers() {
         assert_eq!(gib(52.7 * GIB), "52.7 GiB");
         assert_eq!(gib(0.5 * GIB), "0.50 GiB");
+        assert_eq!(gib(-3.25 * GIB), "−3.2 GiB");
+        assert_eq!(gib(-0.001), "0.00 GiB");
+        assert_eq!(signed(-0.04, 1), "0.0");
+        assert_eq!(signed(-2.2, 1), "−2.2");
         assert_eq!(tokens(2048), "2K");
         assert_eq!(tokens(1536), "1.5K");
         assert_eq!(tokens(131072), "128K");
-        assert_eq!(tokens(1000), "1000");
-        assert_eq!(params(8_030_261_248), "8.0B");
+        assert_eq!(tokens(1000), "1,000");
+        assert_eq!(tokens(768), "768");
+        assert_eq!(count(8_030_261_248), "8,030,261,248");
+        assert_eq!(count(999), "999");
+        assert_eq!(count(1000), "1,000");
+        assert_eq!(params(8_030_261_248), "8.03B");
         assert_eq!(params(124_439_808), "124M");
+        assert_eq!(params(6_815_744), "6.82M");
+        assert_eq!(params(7_000_000_000), "7B");
+        assert_eq!(params(70_553_706_496), "70.6B");
         assert_eq!(params(671_026_419_200), "671B");
+        assert_eq!(params(999_999_999), "1B");
+        assert_eq!(params(512), "512");
         assert_eq!(pct(1.0, 4.0), "25.000%");
         assert_eq!(pct(5.0, 4.0), "100.000%");
         assert_eq!(
             escape_attr(r#"{"a":"<b>&'"}"#),
             "{&quot;a&quot;:&quot;&lt;b&gt;&amp;&#39;&quot;}"
         );
+        assert_eq!(
+            wrap("saved for backward: batch 1 × sequence 2K", 20),
+            ["saved for backward:", "batch 1 × sequence", "2K"]
+        );
+    }
+
+    #[test]
+    fn displayed_parts_add_up_to_the_displayed_total() {
+        // 3 × 1.04 GiB: each rounds to 1.0, the total to 3.1.
+        let parts = [1.04 * GIB, 1.04 * GIB, 1.04 * GIB];
+        let s = Sum::of(3.12 * GIB);
+        let u = s.parts(&parts, 3.12 * GIB);
+        assert_eq!(u.iter().sum::<i64>(), s.units(3.12 * GIB));
+        assert_eq!(
+            s.texts(&parts, 3.12 * GIB),
+            ["1.1 GiB", "1.0 GiB", "1.0 GiB"]
+        );
+        // Below 1 GiB: hundredths, and a total below the parts' rounding.
+        let parts = [0.336 * GIB, 0.336 * GIB, 0.336 * GIB];
+        let s = Sum::of(1.008 * GIB);
+        assert_eq!(
+            s.texts(&parts, 1.008 * GIB),
+            ["0.4 GiB", "0.3 GiB", "0.3 GiB"]
+        );
+        let parts = [0.126 * GIB, 0.126 * GIB];
+        let s = Sum::of(0.252 * GIB);
+        assert_eq!(
+            s.texts(&parts, 0.252 * GIB),
+            ["0.13 GiB", "0.12 GiB"],
+            "hundredths below 1 GiB"
+        );
+        // Excess taken back from the smallest remainders, never below zero.
+        let parts = [0.96 * GIB, 0.96 * GIB, 0.0];
+        let s = Sum::of(1.9 * GIB);
+        let t = s.parts(&parts, 1.9 * GIB);
+        assert_eq!(t.iter().sum::<i64>(), 19);
+        assert!(t.iter().all(|&x| x >= 0), "{t:?}");
     }
 }

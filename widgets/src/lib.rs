@@ -18,7 +18,9 @@ pub mod controls;
 pub mod export;
 pub mod format;
 pub mod formula;
+pub mod levers;
 pub mod parallelism;
+pub mod parts;
 pub mod precision;
 pub mod quantity;
 pub mod store;
@@ -26,6 +28,9 @@ pub mod sweep;
 pub mod timeline;
 pub mod value;
 pub mod zero;
+
+/// How many estimates [`Knobs::estimate`] remembers (a sweep's points and the page's own).
+const ESTIMATES_REMEMBERED: usize = 64;
 
 /// The scenario's knobs (`gpumem::knobs` vocabulary): `model=llama3.1-8b`, `batch=4`, …
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -62,8 +67,31 @@ impl Knobs {
         gpumem::knobs::scenario(self.0.iter().map(|(k, v)| (k.as_str(), v.as_str())))
     }
 
+    /// The engine's estimate for these knobs. The last few are remembered: a page's widgets
+    /// (a bar, a timeline, a breakdown, formulas and values, each its own app) ask for the same
+    /// scenario, and a sweep asks again for its points when it is redrawn.
     pub fn estimate(&self) -> gpumem::Result<gpumem::Estimate> {
-        gpumem::estimate(&self.scenario()?)
+        thread_local! {
+            static RECENT: std::cell::RefCell<Vec<(Knobs, gpumem::Result<gpumem::Estimate>)>> =
+                const { std::cell::RefCell::new(Vec::new()) };
+        }
+        if let Some(hit) = RECENT.with(|r| {
+            r.borrow()
+                .iter()
+                .find(|(k, _)| k == self)
+                .map(|(_, e)| e.clone())
+        }) {
+            return hit;
+        }
+        let e = self.scenario().and_then(|s| gpumem::estimate(&s));
+        RECENT.with(|r| {
+            let mut r = r.borrow_mut();
+            if r.len() >= ESTIMATES_REMEMBERED {
+                let _ = r.remove(0);
+            }
+            r.push((self.clone(), e.clone()));
+        });
+        e
     }
 }
 
@@ -73,8 +101,12 @@ impl Knobs {
 pub struct Init {
     /// The widget's name (`allocator`, …).
     pub widget: String,
-    /// An id unique on the page; element ids inside the widget derive from it.
+    /// An id unique on the page, print.html included; element ids inside the widget derive
+    /// from it.
     pub uid: String,
+    /// The chapter the widget belongs to: its page-scoped state is that chapter's (print.html
+    /// holds every chapter).
+    pub page: String,
     /// The scenario the widget shows first.
     pub knobs: Knobs,
     /// The widget's own attributes (`show-breakdown=false`, `seq-max=128k`, …).
@@ -102,6 +134,10 @@ impl Init {
         Ok(Init {
             widget: text("widget")?,
             uid: text("uid")?,
+            page: match o.get("page") {
+                None => String::new(),
+                Some(v) => v.as_str().ok_or("page: must be a string")?.to_string(),
+            },
             knobs: Knobs(map("knobs")?),
             options: map("options")?,
             local: match o.get("local") {
@@ -203,9 +239,17 @@ pub fn start() {
             Some((el, init))
         })
         .collect();
-    // The page's defaults are the first page-scoped widget's knobs; the URL may override them.
-    if let Some((_, d)) = widgets.iter().find(|(_, i)| !i.local) {
-        store::url::read(&d.knobs);
+    // A chapter's defaults are its first page-scoped widget's knobs. On a page that is one
+    // chapter the URL may override them; print.html (every chapter) keeps each chapter's own.
+    let mut chapters: Vec<&str> = Vec::new();
+    for (_, i) in widgets.iter().filter(|(_, i)| !i.local) {
+        if !chapters.contains(&i.page.as_str()) {
+            chapters.push(&i.page);
+        }
+    }
+    store::set_chapters(chapters.len());
+    if let (1, Some((_, d))) = (chapters.len(), widgets.iter().find(|(_, i)| !i.local)) {
+        store::url::read(&d.page, &d.knobs);
     }
     for (el, init) in widgets {
         fn hydrate<C: yew::BaseComponent<Properties = Init>>(el: web_sys::Element, init: Init) {
@@ -235,6 +279,7 @@ mod tests {
         let init = Init {
             widget: "sweep".into(),
             uid: "w3".into(),
+            page: "budget".into(),
             knobs: Knobs(
                 [("model", "llama3.1-8b"), ("seq", "8k")]
                     .iter()
@@ -251,6 +296,7 @@ mod tests {
         // Defaults, as the book omits nothing but a hand-written host may.
         let bare = Init::from_json(r#"{"widget":"value","uid":"v1"}"#).unwrap();
         assert!(bare.knobs.0.is_empty() && bare.options.is_empty() && !bare.local);
+        assert_eq!(bare.page, "");
         for (bad, why) in [
             ("[]", "must be a JSON object"),
             (r#"{"uid":"v1"}"#, "widget: a string is required"),

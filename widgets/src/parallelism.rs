@@ -9,17 +9,16 @@ use std::rc::Rc;
 use gpumem::arch::{Architecture, Family};
 use gpumem::estimate::reserve_for;
 use gpumem::plan::{Candidate, Plan, Request};
-use gpumem::scenario::{Mode, Model};
+use gpumem::scenario::Model;
 use gpumem::{gpu, hf, knobs, presets, Estimate, Scenario};
 use web_sys::{HtmlInputElement, HtmlTextAreaElement};
 use yew::prelude::*;
 
-use crate::allocator::{
-    legend, precision_label, slices_of, use_checked_set, use_knobs, use_live_marker, Bucket,
-};
-use crate::chart::{grid, n, ticks, Toolbar};
+use crate::allocator::{legend, precision_label, use_checked_set, use_knobs, use_live_marker};
+use crate::chart::{grid, n, settings, ticks, use_width, Toolbar};
 use crate::controls::{RadioGroup, Select};
-use crate::format::{gib, params, tokens};
+use crate::format::{gib, params, tokens, Sum};
+use crate::parts::{self, Slice};
 use crate::{Init, Knobs};
 
 /// Layouts the planner table lists.
@@ -156,11 +155,13 @@ struct NumProps {
     on_change: Callback<u64>,
 }
 
+/// Applied when the reader commits the number (Enter, leaving the field, the spinner's
+/// arrows), not on every key: "16" is typed as 1 then 6, and 1 is a layout of its own.
 #[component]
 fn Num(p: &NumProps) -> Html {
-    let oninput = {
+    let onchange = {
         let cb = p.on_change.clone();
-        Callback::from(move |e: InputEvent| {
+        Callback::from(move |e: Event| {
             let el: HtmlInputElement = e.target_unchecked_into();
             if let Ok(v) = el.value().trim().parse::<u64>() {
                 cb.emit(v);
@@ -171,24 +172,24 @@ fn Num(p: &NumProps) -> Html {
         <div class="gm-control gm-num-input">
             <label for={p.id.clone()}>{ p.label.clone() }</label>
             <input type="number" id={p.id.clone()} min="1" step="1" inputmode="numeric"
-                value={p.value.to_string()} {oninput} />
+                value={p.value.to_string()} {onchange} />
         </div>
     }
 }
 
-const W: f64 = 640.0;
 const H: f64 = 260.0;
 const TOP_Y: f64 = 14.0;
 const BOTTOM: f64 = 220.0;
 const LEFT: f64 = 64.0;
 
 /// One column per pipeline stage (one column without a pipeline), against the capacity.
-fn stage_chart(s: &Scenario, e: &Estimate) -> Html {
-    let training = s.mode == Mode::Train;
-    let columns: Vec<(String, Vec<Bucket>, f64)> = if e.stages.is_empty() {
+fn stage_chart(e: &Estimate, w: f64) -> Html {
+    #[allow(non_snake_case)]
+    let W = w;
+    let columns: Vec<(String, Vec<Slice>, f64)> = if e.stages.is_empty() {
         vec![(
             "every GPU".into(),
-            crate::allocator::buckets(e),
+            parts::of_estimate(e),
             e.device_bytes as f64,
         )]
     } else {
@@ -196,7 +197,7 @@ fn stage_chart(s: &Scenario, e: &Estimate) -> Html {
             .iter()
             .map(|st| {
                 let overhead = (e.cuda_context_bytes + reserve_for(st.peak_bytes)) as f64;
-                let b = slices_of(&st.components, training, overhead);
+                let b = parts::slices(&st.components, overhead);
                 let total = b.iter().map(|x| x.bytes).sum();
                 (format!("stage {}", st.stage), b, total)
             })
@@ -223,8 +224,8 @@ fn stage_chart(s: &Scenario, e: &Estimate) -> Html {
                     let (y0, y1) = (y(acc), y(acc + b.bytes));
                     acc += b.bytes;
                     html! {
-                        <rect class={format!("gm-f-{}", b.key)} x={n(x)} y={n(y1)} width={n(bw)}
-                            height={n((y0 - y1).max(0.0))}><title>{ format!("{name}: {} {}", b.label, gib(b.bytes)) }</title></rect>
+                        <rect class={format!("gm-f-{}", b.key())} x={n(x)} y={n(y1)} width={n(bw)}
+                            height={n((y0 - y1).max(0.0))}><title>{ format!("{name}: {} {}", b.label(), gib(b.bytes)) }</title></rect>
                     }
                 })
                 .collect();
@@ -249,7 +250,7 @@ fn stage_chart(s: &Scenario, e: &Estimate) -> Html {
             { grid(&t, LEFT, W - 10.0, y) }
             { cols }
             <line class="gm-capline" x1={n(LEFT)} x2={n(W - 10.0)} y1={n(y(cap))} y2={n(y(cap))} />
-            <text class="gm-caplabel" x={n(W - 12.0)} y={n(y(cap) - 5.0)} text-anchor="end">{ format!("{} {}", e.gpu, gib(cap)) }</text>
+            <text class="gm-caplabel gm-halo" x={n(W - 12.0)} y={n(y(cap) - 5.0)} text-anchor="end">{ format!("{} {}", e.gpu, gib(cap)) }</text>
             if columns.len() > 1 {
                 <text class="gm-axis-label" x={n(LEFT + (W - LEFT) / 2.0)} y={n(H - 8.0)} text-anchor="middle">{ "pipeline stage" }</text>
             }
@@ -261,13 +262,12 @@ fn stage_chart(s: &Scenario, e: &Estimate) -> Html {
 pub fn Parallelism(init: &Init) -> Html {
     let (k, set) = use_knobs(init);
     let root = use_live_marker();
+    let (svg_ref, w) = use_width();
     let paste = use_state(|| None::<Result<String, String>>);
     let uid = &init.uid;
     let (title_id, summary_id) = (format!("{uid}-title"), format!("{uid}-summary"));
     let (try_set, refused) = use_checked_set(set.clone());
-    let got = k
-        .scenario()
-        .and_then(|s| gpumem::estimate(&s).map(|e| (s, e)));
+    let got = k.scenario().and_then(|s| k.estimate().map(|e| (s, e)));
     let (s, e) = match got {
         Ok(x) => x,
         Err(err) => return crate::chart::refused("parallelism", root, err),
@@ -335,7 +335,7 @@ pub fn Parallelism(init: &Init) -> Html {
                         let f = *f;
                         Callback::from(move |v: u64| try_set.emit(with_field(&k, &a, f, v)))
                     };
-                    html! { <Num id={format!("{uid}-{f}")} label={*label} value={field_value(a, f)} {on_change} /> }
+                    html! { <Num key={*f} id={format!("{uid}-{f}")} label={*label} value={field_value(a, f)} {on_change} /> }
                 })
                 .collect()
         })
@@ -434,13 +434,7 @@ pub fn Parallelism(init: &Init) -> Html {
                     let (k, try_set, c) = (k.clone(), try_set.clone(), c.clone());
                     Callback::from(move |_: MouseEvent| try_set.emit(with_layout(&k, &c)))
                 };
-                let current = l.dp == p.dp
-                    && l.tp == p.tp
-                    && l.pp == p.pp
-                    && l.cp == p.cp
-                    && l.ep == p.ep
-                    && l.zero == p.zero
-                    && l.micro_batch == s.batch;
+                let current = with_layout(&k, c).scenario().ok() == k.scenario().ok();
                 let zero = if framework == "fsdp" {
                     zero_labels[l.zero as usize].1.to_string()
                 } else {
@@ -500,6 +494,9 @@ pub fn Parallelism(init: &Init) -> Html {
         gib(e.capacity_bytes as f64),
         if over { "does not fit" } else { "fits" }
     );
+    let (dev, cap) = (e.device_bytes as f64, e.capacity_bytes as f64);
+    let gap = Sum::of(dev.max(cap));
+    let gap = gap.show((gap.units(cap) - gap.units(dev)).abs());
     let paste_note = match &*paste {
         None => html! {},
         Some(Ok(m)) => html! { <p class="gm-note" role="status">{ m.clone() }</p> },
@@ -518,7 +515,9 @@ pub fn Parallelism(init: &Init) -> Html {
                 <fieldset class="gm-panel">
                     <legend>{ "Model" }</legend>
                     <Select id={format!("{uid}-model")} label="Preset" options={models} selected={model_sel} on_change={on_model} />
-                    { fields }
+                    // In a box of their own: fields that come and go (a mixture of experts'
+                    // have two more) leave the paste box below, its text and focus, alone.
+                    <div class="gm-fields">{ fields }</div>
                     <div class="gm-control gm-paste">
                         <label for={format!("{uid}-config")}>{ "…or paste a config.json" }</label>
                         <textarea id={format!("{uid}-config")} rows="3" spellcheck="false"
@@ -558,16 +557,19 @@ pub fn Parallelism(init: &Init) -> Html {
                 <p class="gm-error" role="alert">{ format!("Not applied: {msg}") }</p>
             }
             <p class={classes!("gm-verdict", if over { "gm-over" } else { "gm-ok" })}>
-                { if over { format!("✗ {} per GPU{worst}: exceeds {} by {}", gib(e.device_bytes as f64), gib(e.capacity_bytes as f64), gib(-e.headroom_bytes as f64)) }
-                  else { format!("✓ {} per GPU{worst}, {} headroom", gib(e.device_bytes as f64), gib(e.headroom_bytes as f64)) } }
+                { if over { format!("✗ {} per GPU{worst}: exceeds {} on {} by {gap}", Sum::of(dev).gib(dev), gib(cap), e.gpu) }
+                  else { format!("✓ {} per GPU{worst}, {gap} headroom", Sum::of(dev).gib(dev)) } }
             </p>
-            <svg class="gm-chart" viewBox={format!("0 0 {} {}", W as u32, H as u32)} role="img" aria-labelledby={summary_id.clone()}>
-                { stage_chart(&s, &e) }
+            <svg class="gm-chart" ref={svg_ref} viewBox={format!("0 0 {} {}", n(w), n(H))} role="img" aria-labelledby={summary_id.clone()}>
+                { stage_chart(&e, w) }
             </svg>
-            { legend(&crate::allocator::buckets(&e), &[]) }
+            { legend(&parts::of_estimate(&e), &[], dev) }
             <p class="gm-sr" id={summary_id} aria-live="polite">{ summary }</p>
-            { for e.notes.iter().map(|m| html! { <p class="gm-note">{ m.clone() }</p> }) }
-            <table class="gm-table gm-plan">
+            // In a box of their own: a note more or less must not make the controls above new
+            // elements (Yew matches unkeyed children from the end), which would take the focus
+            // and the paste box's text.
+            <div class="gm-notes">{ for e.notes.iter().map(|m| html! { <p class="gm-note">{ m.clone() }</p> }) }</div>
+            <div class="gm-scroll"><table class="gm-table gm-plan">
                 <caption>{ plan_caption }</caption>
                 <thead><tr>
                     <th scope="col">{ "#" }</th><th scope="col">{ "dp×tp×pp×cp×ep" }</th><th scope="col">{ "Sharding" }</th>
@@ -575,8 +577,8 @@ pub fn Parallelism(init: &Init) -> Html {
                     <th scope="col">{ "Per GPU" }</th><th scope="col">{ "Step (est.)" }</th><th scope="col"><span class="gm-sr">{ "Apply" }</span></th>
                 </tr></thead>
                 <tbody>{ plan_rows }</tbody>
-            </table>
-            <Toolbar name={format!("gpumem-parallelism-{uid}")} />
+            </table></div>
+            <Toolbar name={format!("gpumem-parallelism-{uid}")} settings={settings(&k)} />
         </figure>
     }
 }

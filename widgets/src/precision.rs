@@ -10,9 +10,10 @@ use gpumem::{Estimate, Scenario};
 use web_sys::HtmlSelectElement;
 use yew::prelude::*;
 
-use crate::allocator::{bar, buckets, use_checked_set, use_knobs, use_live_marker};
+use crate::allocator::{bar, legend, use_checked_set, use_knobs, use_live_marker};
 use crate::controls::RadioGroup;
-use crate::format::gib;
+use crate::format::{gib, Sum};
+use crate::parts;
 use crate::{Init, Knobs};
 
 /// The recipe buttons: (value, label, what it sets).
@@ -147,7 +148,7 @@ fn part_bytes(key: &str, s: &Scenario, e: &Estimate) -> String {
         "master" => gib(e.master_weights_bytes as f64),
         "grads" => gib(e.gradients_bytes as f64),
         "optimizer" => gib(e.optimizer_states_bytes as f64),
-        "activations" => gib(c("activations") + c("logits")),
+        "activations" => gib(c("activations")),
         // Not a resident buffer: the size of what each step reduces.
         _ if s.mode == Mode::Train => format!(
             "{} reduced per step",
@@ -174,9 +175,7 @@ pub fn PrecisionPanel(init: &Init) -> Html {
     let uid = &init.uid;
     let (title_id, summary_id) = (format!("{uid}-title"), format!("{uid}-summary"));
     let (try_set, refused) = use_checked_set(set.clone());
-    let got = k
-        .scenario()
-        .and_then(|s| gpumem::estimate(&s).map(|e| (s, e)));
+    let got = k.scenario().and_then(|s| k.estimate().map(|e| (s, e)));
     let (s, e) = match got {
         Ok(x) => x,
         Err(err) => return crate::chart::refused("precision", root, err),
@@ -213,8 +212,10 @@ pub fn PrecisionPanel(init: &Init) -> Html {
             }
         })
         .collect();
-    let slices = buckets(&e);
+    let slices = parts::of_estimate(&e);
     let (total, cap) = (e.device_bytes as f64, e.capacity_bytes as f64);
+    let gap = Sum::of(total.max(cap));
+    let gap = gap.show((gap.units(cap) - gap.units(total)).abs());
     let recipe_name = RECIPES
         .iter()
         .find(|(r, _)| *r == recipe)
@@ -245,24 +246,25 @@ pub fn PrecisionPanel(init: &Init) -> Html {
                     options={RECIPES.iter().map(|(v, l)| (v.to_string(), l.to_string())).collect::<Vec<_>>()}
                     selected={recipe} on_change={on_recipe} />
             </div>
-            <table class="gm-table">
+            <div class="gm-scroll"><table class="gm-table">
                 <thead><tr><th scope="col">{ "Part" }</th><th scope="col">{ "Stored as" }</th>
                     <th scope="col">{ "Bytes per value" }</th><th scope="col">{ "On this GPU" }</th></tr></thead>
                 <tbody>{ rows }</tbody>
-            </table>
+            </table></div>
             if let Some(msg) = &refused {
                 <p class="gm-error" role="alert">{ format!("Not applied: {msg}") }</p>
             }
             <p class="gm-total">
                 <span class="gm-label">{ "Total" }</span>
-                <strong class="gm-big" data-value="total">{ gib(total) }</strong>
+                <strong class="gm-big" data-value="total">{ Sum::of(total).gib(total) }</strong>
                 <span class="gm-of">{ format!("of {} on {}", gib(cap), e.gpu) }</span>
             </p>
             { bar(&slices, true, total, cap) }
             <p class={classes!("gm-verdict", if e.fits { "gm-ok" } else { "gm-over" })}>
-                { if e.fits { format!("✓ {} headroom", gib(e.headroom_bytes as f64)) }
-                  else { format!("✗ exceeds by {}", gib(-e.headroom_bytes as f64)) } }
+                { if e.fits { format!("✓ {gap} headroom") }
+                  else { format!("✗ exceeds {} by {gap}", e.gpu) } }
             </p>
+            { legend(&slices, parts::always_listed(&e), total) }
             <p class="gm-sr" id={summary_id} aria-live="polite">{ summary }</p>
         </figure>
     }

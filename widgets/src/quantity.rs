@@ -1,24 +1,28 @@
 //! The quantities prose can cite (`{{#gpumem value activations}}`) and the formulas that
-//! produce them, each substituted with the current scenario's numbers.
+//! produce them, each substituted with the current scenario's numbers. One notation for the
+//! byte sums throughout: `M_x` is the memory of x, `b_x` bytes per value, `Ψ` parameters.
 
+use gpumem::dtype::DType;
 use gpumem::num::{fixed, short};
 use gpumem::scenario::{Finetune, Mode, Model};
 use gpumem::{Estimate, Scenario};
 
-use crate::format::{gib, params};
+use crate::format::{count, gib, params, Sum};
+use crate::parts;
 
 /// A quantity of an estimate, in its unit (bytes, or a count for parameters).
 pub fn value(e: &Estimate, q: &str) -> Option<f64> {
     let c = |k: &str| e.components.get(k).copied().unwrap_or(0) as f64;
     Some(match q {
         "peak" => e.peak_bytes as f64,
-        "weights" => e.weights_bytes as f64,
+        "weights" | "quantized_weights" => e.weights_bytes as f64,
         "master_weights" => e.master_weights_bytes as f64,
         "gradients" => e.gradients_bytes as f64,
         "optimizer_states" => e.optimizer_states_bytes as f64,
         "activations" => c("activations"),
         "logits" => c("logits"),
-        "temporaries" => c("temporaries") + c("weight_copies"),
+        "temporaries" => c("temporaries"),
+        "weight_copies" => c("weight_copies"),
         "kv_cache" => e.kv_cache_bytes as f64,
         "model_states" => e.model_states_bytes as f64,
         "params" => e.params as f64,
@@ -33,7 +37,8 @@ pub fn value(e: &Estimate, q: &str) -> Option<f64> {
 }
 
 /// A quantity as prose shows it. `format`: gib (default), gb, bytes, percent (of the
-/// device's capacity), count, phase (the moment the peak is reached, in words).
+/// device's capacity), count (thousands separated), scaled (8.03B), per-param (bytes per
+/// parameter of the model), phase (the moment the peak is reached, in words).
 pub fn show(e: &Estimate, q: &str, format: &str) -> String {
     if format == "phase" {
         return e.peak_phase.clone();
@@ -43,10 +48,12 @@ pub fn show(e: &Estimate, q: &str, format: &str) -> String {
     };
     let counted = matches!(q, "params" | "trainable_params");
     match format {
-        "bytes" => format!("{} B", fixed(v, 0)),
+        "bytes" => format!("{} B", count(v.max(0.0) as u64)),
         "gb" => format!("{} GB", fixed(v / 1e9, 1)),
         "percent" => format!("{} %", fixed(100.0 * v / e.capacity_bytes.max(1) as f64, 0)),
-        "count" => fixed(v, 0),
+        "count" => count(v.max(0.0) as u64),
+        "scaled" => params(v.max(0.0) as u64),
+        "per-param" => short((v / e.params.max(1) as f64 * 100.0).round() / 100.0),
         _ if counted => params(v as u64),
         _ => gib(v),
     }
@@ -55,6 +62,7 @@ pub fn show(e: &Estimate, q: &str, format: &str) -> String {
 /// Quantities with a closed-form formula (the others come out of the op-by-op replay).
 pub const FORMULAS: &[&str] = &[
     "weights",
+    "quantized_weights",
     "master_weights",
     "gradients",
     "optimizer_states",
@@ -69,15 +77,24 @@ pub const FORMULAS: &[&str] = &[
 /// The formula of a quantity, in TeX.
 pub fn tex(q: &str) -> Option<&'static str> {
     Some(match q {
-        "weights" => r"W = \frac{\Psi \cdot b_w}{N_w}",
-        "master_weights" => r"M = \frac{\Psi \cdot b_m}{N_{os}}",
-        "gradients" => r"G = \frac{\Psi_{\text{trainable}} \cdot b_g}{N_g}",
-        "optimizer_states" => r"O = \frac{\Psi_{\text{trainable}} \cdot k_{\text{opt}}}{N_{os}}",
-        "model_states" => r"W + M + G + O",
-        "kv_cache" => r"KV = L \cdot b \cdot (s + n - 1) \cdot 2\, n_{kv} d_h \cdot b_{kv}",
-        "peak" => r"\text{peak} = \sum_{c\,\in\,\text{alive at the peak}} \text{bytes}_c",
-        "device" => r"\text{device} = \text{peak} + \text{reserve} + \text{CUDA context}",
-        "headroom" => r"\text{headroom} = \text{capacity} - \text{device}",
+        "weights" => r"M_\text{weights} = \frac{\Psi \, b_w}{N_w}",
+        "quantized_weights" => {
+            r"M_\text{weights} = \Psi_\text{lin} \, b_\text{nf4} + (\Psi - \Psi_\text{lin}) \, b_c + 4 \, \Psi_\text{LoRA}, \qquad b_\text{nf4} = \tfrac{1}{2} + \tfrac{1}{64} + \tfrac{4}{64 \cdot 256}"
+        }
+        "master_weights" => r"M_\text{master} = \frac{\Psi \, b_m}{N_\text{os}}",
+        "gradients" => r"M_\text{grads} = \frac{\Psi_\text{trainable} \, b_g}{N_g}",
+        "optimizer_states" => {
+            r"M_\text{opt} = \frac{\Psi_\text{trainable} \, k_\text{opt}}{N_\text{os}}"
+        }
+        "model_states" => {
+            r"M_\text{states} = M_\text{weights} + M_\text{master} + M_\text{grads} + M_\text{opt}"
+        }
+        "kv_cache" => {
+            r"M_\text{KV} = L \cdot b \, (s + n - 1) \cdot 2 \, n_{kv} \, d_h \cdot b_{kv}"
+        }
+        "peak" => r"M_\text{peak} = \sum_{c \,\in\, \text{alive at the peak}} M_c",
+        "device" => r"M_\text{device} = M_\text{peak} + M_\text{reserve} + M_\text{CUDA}",
+        "headroom" => r"\text{headroom} = \text{capacity} - M_\text{device}",
         "params" => {
             r"\Psi = V h\,(1 + [\text{untied}]) + L \cdot \Psi_{\text{layer}} + \Psi_{\text{norm}}"
         }
@@ -85,8 +102,89 @@ pub fn tex(q: &str) -> Option<&'static str> {
     })
 }
 
+/// How a model's weights split when its linear layers are quantised (QLoRA's NF4, or int8,
+/// int4 weights): the quantised linear layers, the rest kept in the compute dtype
+/// (embeddings, output layer, norms) and the fp32 adapters, in parameters. Derived from the
+/// engine's figure, which it reproduces exactly.
+pub struct Quantized {
+    pub dtype: DType,
+    pub compute: DType,
+    pub linear: f64,
+    pub rest: f64,
+    pub adapters: f64,
+}
+
+pub fn quantized(s: &Scenario, e: &Estimate) -> Option<Quantized> {
+    let (dtype, adapters) = match &s.finetune {
+        Finetune::Lora(l) if l.quantized => (DType::Nf4, e.trainable_params as f64),
+        Finetune::Lora(_) if !s.precision.weights.is_float_compute() => {
+            (s.precision.weights, e.trainable_params as f64)
+        }
+        Finetune::Full if !s.precision.weights.is_float_compute() => (s.precision.weights, 0.0),
+        _ => return None,
+    };
+    if s.parallel.model_parallel() || s.parallel.zero >= 3 {
+        return None;
+    }
+    let compute = s.precision.compute();
+    let (q, c) = (dtype.bytes(), compute.bytes());
+    let total = e.params as f64;
+    // weights = linear·q + (total − linear)·c + adapters·4
+    let linear = ((e.weights_bytes as f64 - total * c - adapters * 4.0) / (q - c)).round();
+    (linear > 0.0 && linear <= total).then_some(Quantized {
+        dtype,
+        compute,
+        linear,
+        rest: total - linear,
+        adapters,
+    })
+}
+
+fn quantized_text(e: &Estimate, z: &Quantized) -> String {
+    let mut terms = vec![
+        (
+            format!(
+                "{} × {} B ({}, linear layers)",
+                params(z.linear as u64),
+                fixed(z.dtype.bytes(), 4),
+                z.dtype
+            ),
+            z.linear * z.dtype.bytes(),
+        ),
+        (
+            format!(
+                "{} × {} B ({}: embeddings, output layer, norms)",
+                params(z.rest as u64),
+                short(z.compute.bytes()),
+                z.compute
+            ),
+            z.rest * z.compute.bytes(),
+        ),
+    ];
+    if z.adapters > 0.0 {
+        terms.push((
+            format!("{} × 4 B (fp32 adapters)", params(z.adapters as u64)),
+            z.adapters * 4.0,
+        ));
+    }
+    let total = e.weights_bytes as f64;
+    let sum = Sum::of(total);
+    let bytes: Vec<f64> = terms.iter().map(|t| t.1).collect();
+    format!(
+        "M_weights = {} = {} = {}",
+        terms
+            .iter()
+            .map(|t| t.0.as_str())
+            .collect::<Vec<_>>()
+            .join(" + "),
+        sum.texts(&bytes, total).join(" + "),
+        sum.gib(total)
+    )
+}
+
 /// The formula with this scenario's numbers, ending in the engine's value. `None` when the
 /// scenario is outside what the closed form covers (the caller then shows the value alone).
+/// Where terms are summed, they are shown rounded so that they add up to the total shown.
 pub fn substitute(s: &Scenario, e: &Estimate, q: &str) -> Option<String> {
     let simple = matches!(s.finetune, Finetune::Full)
         && !s.parallel.model_parallel()
@@ -118,8 +216,33 @@ pub fn substitute(s: &Scenario, e: &Estimate, q: &str) -> Option<String> {
     let deepspeed = s.parallel.framework == gpumem::scenario::Framework::DeepSpeed;
     let p = &s.precision;
     let text = match q {
-        "weights" if simple && !(deepspeed && n_w > 1) => format!(
-            "W = {} × {} B ({}){} = {}",
+        "weights" | "quantized_weights" if quantized(s, e).is_some() => {
+            quantized_text(e, &quantized(s, e)?)
+        }
+        "weights" | "quantized_weights"
+            if matches!(s.finetune, Finetune::Lora(_))
+                && p.weights.is_float_compute()
+                && !s.parallel.model_parallel()
+                && n_w == 1 =>
+        {
+            let frozen = psi * p.weights.bytes();
+            let adapters = e.trainable_params as f64 * 4.0;
+            let total = e.weights_bytes as f64;
+            let sum = Sum::of(total);
+            let t = sum.texts(&[frozen, adapters], total);
+            format!(
+                "M_weights = {} × {} B ({}, frozen) + {} × 4 B (fp32 adapters) = {} + {} = {}",
+                params(e.params),
+                short(p.weights.bytes()),
+                p.weights,
+                params(e.trainable_params),
+                t[0],
+                t[1],
+                sum.gib(total)
+            )
+        }
+        "weights" | "quantized_weights" if simple && !(deepspeed && n_w > 1) => format!(
+            "M_weights = {} × {} B ({}){} = {}",
             params(e.params),
             short(p.weights.bytes()),
             p.weights,
@@ -127,9 +250,9 @@ pub fn substitute(s: &Scenario, e: &Estimate, q: &str) -> Option<String> {
             gib(e.weights_bytes as f64)
         ),
         "master_weights" if simple && train => match p.master {
-            None => "M = 0 (no separate master copy in this recipe)".to_string(),
+            None => "M_master = 0 (no separate master copy in this recipe)".to_string(),
             Some(m) => format!(
-                "M = {} × {} B ({m}){} = {}",
+                "M_master = {} × {} B ({m}){} = {}",
                 params(e.params),
                 short(m.bytes()),
                 over(n_os),
@@ -137,7 +260,7 @@ pub fn substitute(s: &Scenario, e: &Estimate, q: &str) -> Option<String> {
             ),
         },
         "gradients" if simple && train && !deepspeed => format!(
-            "G = {} × {} B ({}){} = {}",
+            "M_grads = {} × {} B ({}){} = {}",
             params(e.trainable_params),
             short(p.grads.bytes()),
             p.grads,
@@ -147,71 +270,106 @@ pub fn substitute(s: &Scenario, e: &Estimate, q: &str) -> Option<String> {
         "optimizer_states" if simple && train => {
             let k = e.optimizer_states_bytes as f64 * n_os as f64 / psi.max(1.0);
             format!(
-                "O = {} × {} B ({}){} = {}",
+                "M_opt = {} × {} B ({}){} = {}",
                 params(e.trainable_params),
-                fixed(k, 2),
+                short((k * 100.0).round() / 100.0),
                 s.optimizer.name(),
                 over(n_os),
                 gib(e.optimizer_states_bytes as f64)
             )
         }
-        "model_states" => format!(
-            "{} + {} + {} + {} = {}",
-            gib(e.weights_bytes as f64),
-            gib(e.master_weights_bytes as f64),
-            gib(e.gradients_bytes as f64),
-            gib(e.optimizer_states_bytes as f64),
-            gib(e.model_states_bytes as f64)
-        ),
+        "model_states" => {
+            let total = e.model_states_bytes as f64;
+            let sum = Sum::of(total);
+            let t = sum.texts(
+                &[
+                    e.weights_bytes as f64,
+                    e.master_weights_bytes as f64,
+                    e.gradients_bytes as f64,
+                    e.optimizer_states_bytes as f64,
+                ],
+                total,
+            );
+            format!(
+                "M_states = {} + {} + {} + {} = {}",
+                t[0],
+                t[1],
+                t[2],
+                t[3],
+                sum.gib(total)
+            )
+        }
         "kv_cache" if !train => {
             let Model::Arch { arch: a, .. } = &s.model else {
                 return None;
             };
             format!(
-                "KV = {} × {} × {} × {} × {} B = {}",
+                "M_KV = {} × {} × {} × {} × {} B = {}",
                 a.layers,
                 s.batch,
-                s.seq + s.new_tokens.max(1) - 1,
-                a.kv_elems_per_token_layer(),
+                count(s.seq + s.new_tokens.max(1) - 1),
+                count(a.kv_elems_per_token_layer()),
                 short(p.compute().bytes()),
                 gib(e.kv_cache_bytes as f64)
             )
         }
         "peak" => {
-            let parts: Vec<String> = e
-                .components
-                .iter()
-                .filter(|(_, v)| **v > 0)
-                .map(|(k, v)| format!("{} ({})", gib(*v as f64), k.replace('_', " ")))
+            let total = e.peak_bytes as f64;
+            let sum = Sum::of(total);
+            let slices: Vec<_> = parts::slices(&e.components, 0.0)
+                .into_iter()
+                .filter(|x| x.bytes > 0.0)
                 .collect();
-            format!("{} = {}", parts.join(" + "), gib(e.peak_bytes as f64))
+            let t = sum.texts(&slices.iter().map(|x| x.bytes).collect::<Vec<_>>(), total);
+            let terms: Vec<String> = slices
+                .iter()
+                .zip(t)
+                .map(|(x, t)| format!("{t} ({})", x.label().to_lowercase()))
+                .collect();
+            format!("M_peak = {} = {}", terms.join(" + "), sum.gib(total))
         }
-        "device" => format!(
-            "{} + {} + {} = {}",
-            gib(e.peak_bytes as f64),
-            gib(e.allocator_reserve_bytes as f64),
-            gib(e.cuda_context_bytes as f64),
-            gib(e.device_bytes as f64)
-        ),
-        "headroom" => format!(
-            "{} − {} = {}",
-            gib(e.capacity_bytes as f64),
-            gib(e.device_bytes as f64),
-            gib(e.headroom_bytes as f64)
-        ),
+        "device" => {
+            let total = e.device_bytes as f64;
+            let sum = Sum::of(total);
+            let t = sum.texts(
+                &[
+                    e.peak_bytes as f64,
+                    e.allocator_reserve_bytes as f64,
+                    e.cuda_context_bytes as f64,
+                ],
+                total,
+            );
+            format!(
+                "M_device = {} + {} + {} = {}",
+                t[0],
+                t[1],
+                t[2],
+                sum.gib(total)
+            )
+        }
+        "headroom" => {
+            let (cap, dev) = (e.capacity_bytes as f64, e.device_bytes as f64);
+            let sum = Sum::of(cap.max(dev));
+            format!(
+                "headroom = {} − {} = {}",
+                sum.gib(cap),
+                sum.gib(dev),
+                sum.show(sum.units(cap) - sum.units(dev))
+            )
+        }
         "params" => {
             let Model::Arch { arch: a, .. } = &s.model else {
                 return None;
             };
             let pc = a.params();
             format!(
-                "{} (embedding) + {} (output layer) + {} ({} layers) + {} (norms, positions) = {} = {}",
-                pc.embedding,
-                pc.lm_head,
-                pc.layers,
+                "Ψ = {} (embedding) + {} (output layer) + {} ({} layers) + {} (norms, positions) = {} = {}",
+                count(pc.embedding),
+                count(pc.lm_head),
+                count(pc.layers),
                 a.layers,
-                pc.final_norm + pc.positions,
-                pc.total,
+                count(pc.final_norm + pc.positions),
+                count(pc.total),
                 params(pc.total)
             )
         }
@@ -241,14 +399,11 @@ mod tests {
     fn substitutions_end_in_the_engine_value() {
         let (s, e) = est(&[("model", "llama3.1-8b"), ("precision", "mixed-bf16")]);
         let w = substitute(&s, &e, "weights").unwrap();
-        assert!(w.starts_with("W = 8.0B × 2 B (bf16) = "), "{w}");
+        assert!(w.starts_with("M_weights = 8.03B × 2 B (bf16) = "), "{w}");
         assert!(w.ends_with(&gib(e.weights_bytes as f64)));
         assert!((e.params as f64 * 2.0 - e.weights_bytes as f64).abs() < 1.0);
         let o = substitute(&s, &e, "optimizer_states").unwrap();
-        assert!(
-            o.contains("× 8.00 B (adamw)") || o.contains("× 8.00 B (adam)"),
-            "{o}"
-        );
+        assert!(o.contains("× 8 B (adamw)"), "{o}");
         let (s, e) = est(&[("model", "llama3.1-8b"), ("dp", "8"), ("zero-stage", "3")]);
         let w = substitute(&s, &e, "weights").unwrap();
         assert!(w.contains("/ 8 = "), "{w}");
@@ -260,9 +415,59 @@ mod tests {
         let kv = substitute(&s, &e, "kv_cache").unwrap();
         // 32 layers × 1 × 1024 positions × 2·8·128 × 2 B = 128 MiB.
         assert_eq!(e.kv_cache_bytes, 32 * 1024 * 2048 * 2);
-        assert!(kv.starts_with("KV = 32 × 1 × 1024 × 2048 × 2 B"), "{kv}");
+        assert!(
+            kv.starts_with("M_KV = 32 × 1 × 1,024 × 2,048 × 2 B"),
+            "{kv}"
+        );
         for q in FORMULAS {
             assert!(tex(q).is_some(), "{q}");
         }
+    }
+
+    /// QLoRA's weights: NF4 linear layers, bf16 embeddings and norms, fp32 adapters, adding
+    /// up to the engine's figure.
+    #[test]
+    fn qlora_weights_split_into_nf4_bf16_and_adapters() {
+        let (s, e) = est(&[
+            ("model", "llama3.1-8b"),
+            ("precision", "bf16"),
+            ("finetune", "qlora"),
+        ]);
+        let z = quantized(&s, &e).unwrap();
+        let back = z.linear * DType::Nf4.bytes() + z.rest * 2.0 + z.adapters * 4.0;
+        assert!((back - e.weights_bytes as f64).abs() < 2.0);
+        // Llama 3.1 8B: everything but the two 128256 × 4096 matrices and the norms.
+        assert_eq!(z.rest as u64, 2 * 128_256 * 4096 + 32 * 2 * 4096 + 4096);
+        let t = substitute(&s, &e, "quantized_weights").unwrap();
+        assert!(t.contains("B (nf4, linear layers)"), "{t}");
+        assert!(t.contains("(fp32 adapters)"), "{t}");
+        assert!(t.ends_with(&gib(e.weights_bytes as f64)), "{t}");
+    }
+
+    #[test]
+    fn sums_add_up_as_displayed() {
+        let (s, e) = est(&[("model", "llama3.1-8b"), ("precision", "mixed-bf16")]);
+        for q in ["model_states", "peak", "device"] {
+            let t = substitute(&s, &e, q).unwrap();
+            let (lhs, total) = t.rsplit_once(" = ").unwrap();
+            let lhs = lhs.split(" = ").last().unwrap();
+            let tenths: i64 = lhs
+                .split(" + ")
+                .map(|x| {
+                    let g = x.split(" GiB").next().unwrap().replace('.', "");
+                    g.parse::<i64>().unwrap()
+                })
+                .sum();
+            let want: i64 = total
+                .split(" GiB")
+                .next()
+                .unwrap()
+                .replace('.', "")
+                .parse()
+                .unwrap();
+            assert_eq!(tenths, want, "{q}: {t}");
+        }
+        assert_eq!(show(&e, "params", "count"), count(e.params));
+        assert_eq!(show(&e, "model_states", "per-param"), "16");
     }
 }

@@ -1,5 +1,6 @@
-//! The page's shared knobs: one scenario that every page-scoped widget reads and writes, like
-//! the cells of a notebook. Each hydrated widget is its own Yew app, so the store lives outside
+//! The page's shared knobs: one scenario per chapter that every page-scoped widget of that
+//! chapter reads and writes, like the cells of a notebook (print.html holds every chapter,
+//! each with its own). Each hydrated widget is its own Yew app, so the store lives outside
 //! Yew: widgets subscribe when they mount and publish when a reader moves a control.
 
 use std::cell::RefCell;
@@ -8,11 +9,38 @@ use yew::Callback;
 
 use crate::Knobs;
 
-#[derive(Default)]
-struct Store {
+/// The knobs and subscribers of one chapter. A page is usually one chapter; mdBook's
+/// print.html holds them all, each with its own scenario.
+struct Group {
+    page: String,
     knobs: Option<Knobs>,
     subscribers: Vec<(usize, Callback<Knobs>)>,
+}
+
+#[derive(Default)]
+struct Store {
+    groups: Vec<Group>,
     next_id: usize,
+    /// Chapters on this document (set when the page starts); the URL carries the state only
+    /// when there is one.
+    chapters: usize,
+}
+
+impl Store {
+    fn group(&mut self, page: &str) -> &mut Group {
+        let i = match self.groups.iter().position(|g| g.page == page) {
+            Some(i) => i,
+            None => {
+                self.groups.push(Group {
+                    page: page.to_string(),
+                    knobs: None,
+                    subscribers: Vec::new(),
+                });
+                self.groups.len() - 1
+            }
+        };
+        &mut self.groups[i]
+    }
 }
 
 thread_local! {
@@ -24,29 +52,37 @@ pub struct Subscription(usize);
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        STORE.with(|s| s.borrow_mut().subscribers.retain(|(id, _)| *id != self.0));
+        STORE.with(|s| {
+            for g in s.borrow_mut().groups.iter_mut() {
+                g.subscribers.retain(|(id, _)| *id != self.0);
+            }
+        });
     }
 }
 
-/// Join the page: the first widget's knobs become the page's. Returns the page's knobs now.
-pub fn join(initial: &Knobs, on_change: Callback<Knobs>) -> (Knobs, Subscription) {
+/// Join a chapter's widgets: the first widget's knobs become the chapter's. Returns the
+/// chapter's knobs now.
+pub fn join(page: &str, initial: &Knobs, on_change: Callback<Knobs>) -> (Knobs, Subscription) {
     STORE.with(|s| {
         let mut s = s.borrow_mut();
-        let current = s.knobs.get_or_insert_with(|| initial.clone()).clone();
         let id = s.next_id;
         s.next_id += 1;
-        s.subscribers.push((id, on_change));
+        let g = s.group(page);
+        let current = g.knobs.get_or_insert_with(|| initial.clone()).clone();
+        g.subscribers.push((id, on_change));
         (current, Subscription(id))
     })
 }
 
-/// Set the page's knobs and tell every subscriber.
-pub fn publish(knobs: Knobs) {
+/// Set a chapter's knobs and tell every widget of that chapter.
+pub fn publish(page: &str, knobs: Knobs) {
     // Collect first: a subscriber may (un)subscribe while it is told.
-    let subscribers: Vec<Callback<Knobs>> = STORE.with(|s| {
+    let (subscribers, one_chapter): (Vec<Callback<Knobs>>, bool) = STORE.with(|s| {
         let mut s = s.borrow_mut();
-        s.knobs = Some(knobs.clone());
-        s.subscribers.iter().map(|(_, c)| c.clone()).collect()
+        let one = s.chapters <= 1;
+        let g = s.group(page);
+        g.knobs = Some(knobs.clone());
+        (g.subscribers.iter().map(|(_, c)| c.clone()).collect(), one)
     });
     for c in subscribers {
         c.emit(knobs.clone());
@@ -54,13 +90,26 @@ pub fn publish(knobs: Knobs) {
     #[cfg(target_arch = "wasm32")]
     {
         page_events::changed(&knobs);
-        url::write(&knobs);
+        if one_chapter {
+            url::write(&knobs);
+        }
     }
+    let _ = one_chapter;
 }
 
-/// Set the page's knobs before any widget joins (from the URL).
-pub fn seed(knobs: Knobs) {
-    STORE.with(|s| s.borrow_mut().knobs = Some(knobs));
+/// Set a chapter's knobs before any of its widgets joins (from the URL).
+pub fn seed(page: &str, knobs: Knobs) {
+    STORE.with(|s| s.borrow_mut().group(page).knobs = Some(knobs));
+}
+
+/// How many chapters this document holds (print.html: all of them).
+pub fn set_chapters(n: usize) {
+    STORE.with(|s| s.borrow_mut().chapters = n);
+}
+
+/// The chapters that have knobs, in the order they joined.
+pub fn pages() -> Vec<String> {
+    STORE.with(|s| s.borrow().groups.iter().map(|g| g.page.clone()).collect())
 }
 
 /// The query string that carries knobs: `?model=llama3.1-8b&batch=4`, in the engine's knob
@@ -188,16 +237,16 @@ pub mod url {
         }
     }
 
-    /// Apply the URL's knobs over the page's defaults; a refused URL leaves the defaults and
-    /// says so on the page (as text: nothing from the URL becomes markup).
-    pub fn read(defaults: &Knobs) {
+    /// Apply the URL's knobs over the chapter's defaults; a refused URL leaves the defaults
+    /// and says so on the page (as text: nothing from the URL becomes markup).
+    pub fn read(page: &str, defaults: &Knobs) {
         let Some(w) = web_sys::window() else {
             return;
         };
         let search = w.location().search().unwrap_or_default();
         match super::from_query(defaults, &search) {
             None => {}
-            Some(Ok(k)) => super::seed(k),
+            Some(Ok(k)) => super::seed(page, k),
             Some(Err(msg)) => notice(&format!(
                 "This link's widget settings were not applied ({msg}); the page shows its own."
             )),
@@ -258,9 +307,15 @@ pub mod page_events {
             let Some(ce) = e.dyn_ref::<web_sys::CustomEvent>() else {
                 return;
             };
-            match apply(&ce.detail()) {
-                Ok(k) => super::publish(k),
-                Err(msg) => web_sys::console::warn_1(&format!("gpumem:set refused: {msg}").into()),
+            // Every chapter on the document takes the set (print.html holds them all), each
+            // checked against its own knobs.
+            for page in super::pages() {
+                match apply(&page, &ce.detail()) {
+                    Ok(k) => super::publish(&page, k),
+                    Err(msg) => {
+                        web_sys::console::warn_1(&format!("gpumem:set refused: {msg}").into())
+                    }
+                }
             }
         });
         let _ = doc.add_event_listener_with_callback("gpumem:set", on_set.as_ref().unchecked_ref());
@@ -269,7 +324,7 @@ pub mod page_events {
 
     /// The page's knobs with the event's detail applied, if valid. An object with too many
     /// keys is refused before it is even serialized.
-    fn apply(detail: &JsValue) -> Result<Knobs, String> {
+    fn apply(page: &str, detail: &JsValue) -> Result<Knobs, String> {
         if detail.is_object() && !js_sys::Array::is_array(detail) {
             let keys =
                 js_sys::Object::keys(detail.unchecked_ref::<js_sys::Object>()).length() as usize;
@@ -281,7 +336,7 @@ pub mod page_events {
             .ok()
             .and_then(|s| s.as_string())
             .unwrap_or_default();
-        super::apply_set(&super::current().unwrap_or_default(), &text)
+        super::apply_set(&super::current(page).unwrap_or_default(), &text)
     }
 }
 
@@ -327,9 +382,15 @@ pub fn apply_set(knobs: &Knobs, text: &str) -> Result<Knobs, String> {
     Ok(k)
 }
 
-/// The page's knobs, once a widget has joined.
-pub fn current() -> Option<Knobs> {
-    STORE.with(|s| s.borrow().knobs.clone())
+/// A chapter's knobs, once a widget has joined.
+pub fn current(page: &str) -> Option<Knobs> {
+    STORE.with(|s| {
+        s.borrow()
+            .groups
+            .iter()
+            .find(|g| g.page == page)
+            .and_then(|g| g.knobs.clone())
+    })
 }
 
 #[cfg(test)]
@@ -405,15 +466,29 @@ mod tests {
         let a = Knobs::default().with("batch", "2");
         let b = Knobs::default().with("batch", "8");
         let log = seen.clone();
-        let (got_a, sub_a) = join(&a, Callback::from(move |k: Knobs| log.borrow_mut().push(k)));
-        let (got_b, sub_b) = join(&b, Callback::from(|_| {}));
+        let (got_a, sub_a) = join(
+            "budget",
+            &a,
+            Callback::from(move |k: Knobs| log.borrow_mut().push(k)),
+        );
+        let (got_b, sub_b) = join("budget", &b, Callback::from(|_| {}));
         assert_eq!(got_a, a);
         assert_eq!(got_b, a, "the page's knobs win over a later widget's");
-        publish(b.clone());
+        // Another chapter on the same document (print.html) keeps its own knobs.
+        let (got_c, sub_c) = join("zero", &b, Callback::from(|_| {}));
+        assert_eq!(got_c, b);
+        publish("budget", b.clone());
         assert_eq!(seen.borrow().as_slice(), std::slice::from_ref(&b));
+        publish("zero", a.clone());
+        assert_eq!(
+            seen.borrow().len(),
+            1,
+            "a chapter's change stays in that chapter"
+        );
+        assert_eq!(current("zero"), Some(a.clone()));
         drop(sub_a);
-        publish(a.clone());
+        publish("budget", a.clone());
         assert_eq!(seen.borrow().len(), 1, "unsubscribed on drop");
-        drop(sub_b);
+        drop((sub_b, sub_c));
     }
 }

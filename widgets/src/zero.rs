@@ -8,9 +8,10 @@ use gpumem::num::fixed;
 use yew::prelude::*;
 
 use crate::allocator::{use_knobs, use_live_marker};
-use crate::chart::{n, Toolbar};
+use crate::chart::{fit, n, settings, use_width, Toolbar};
 use crate::controls::{RadioGroup, Slider};
-use crate::format::{gib, params};
+use crate::format::{gib, params, Sum};
+use crate::parts;
 use crate::{Init, Knobs};
 
 /// One slice: its label, bytes per parameter, and the first ZeRO stage that shards it.
@@ -23,7 +24,7 @@ pub struct Segment {
 }
 
 /// The default table: the engine's model states for a bare parameter count under the page's
-/// precision and optimizer (Adam's state split into its two moments).
+/// precision and optimizer, named and coloured as every chart names them (`parts`).
 pub fn engine_segments(k: &Knobs, n_params: f64) -> Vec<Segment> {
     let Ok(e) = k
         .without("dp")
@@ -34,24 +35,20 @@ pub fn engine_segments(k: &Knobs, n_params: f64) -> Vec<Segment> {
         return Vec::new();
     };
     let per = |b: u64| b as f64 / n_params.max(1.0);
-    let seg = |key: &str, label: &str, b: f64, from: u8| Segment {
+    let seg = |key: &str, b: f64, from: u8| Segment {
         key: key.into(),
-        label: label.into(),
+        label: parts::find(key).map_or(key, |p| p.label).into(),
         bytes_per_param: b,
         shard_from: from,
     };
-    let mut v = vec![seg("weights", "Weights", per(e.weights_bytes), 3)];
+    let mut v = vec![seg("weights", per(e.weights_bytes), 3)];
     if e.master_weights_bytes > 0 {
-        v.push(seg("master", "Master", per(e.master_weights_bytes), 1));
+        v.push(seg("master", per(e.master_weights_bytes), 1));
     }
-    let opt = per(e.optimizer_states_bytes);
-    if k.get("optimizer").is_none_or(|o| o.starts_with("adam")) && opt > 0.0 {
-        v.push(seg("momentum", "Momentum", opt / 2.0, 1));
-        v.push(seg("variance", "Variance", opt / 2.0, 1));
-    } else if opt > 0.0 {
-        v.push(seg("optimizer", "Optimizer", opt, 1));
+    if e.optimizer_states_bytes > 0 {
+        v.push(seg("optimizer", per(e.optimizer_states_bytes), 1));
     }
-    v.push(seg("gradients", "Gradients", per(e.gradients_bytes), 2));
+    v.push(seg("gradients", per(e.gradients_bytes), 2));
     v
 }
 
@@ -99,13 +96,14 @@ const PRESETS: &[(&str, f64)] = &[
 const STEPS: i64 = 60;
 
 fn stage_name(s: u8) -> &'static str {
-    ["None", "Stage 1", "Stage 2", "Stage 3"][s.min(3) as usize]
+    ["no ZeRO", "ZeRO-1", "ZeRO-2", "ZeRO-3"][s.min(3) as usize]
 }
 
 #[component]
 pub fn Zero(init: &Init) -> Html {
     let (k, set) = use_knobs(init);
     let root = use_live_marker();
+    let (svg_ref, w) = use_width();
     let uid = init.uid.clone();
     let (lo, hi) = (1e8f64, 1e12f64);
     let preset_params = k
@@ -150,12 +148,14 @@ pub fn Zero(init: &Init) -> Html {
         .collect();
     let total: f64 = full.iter().sum();
     let total_gpu: f64 = per_gpu.iter().sum();
-    let max_ref = refs
+    let largest = refs
         .iter()
-        .map(|g| g.capacity_bytes as f64)
-        .fold(0.0, f64::max);
+        .max_by_key(|g| g.capacity_bytes)
+        .map(|g| (g.name, g.capacity_bytes as f64));
+    let max_ref = largest.map_or(0.0, |l| l.1);
     let scale = total.max(max_ref) * 1.15;
     let fits = |b: f64| b <= max_ref;
+    let bar_w = w - 8.0;
 
     // Controls and keys.
     let set_params = {
@@ -213,44 +213,56 @@ pub fn Zero(init: &Init) -> Html {
     };
 
     let bar = |bytes: &[f64], y: f64, label: String| -> Html {
-        let mut x = 0.0;
+        let mut x = 4.0;
         let over = bytes.iter().sum::<f64>();
         html! {
             <g>
-                <text x="0" y={n(y - 6.0)} class="gm-ann-main">{ label }</text>
+                <text x="4" y={n(y - 6.0)} class="gm-ann-main">{ fit(&label, bar_w) }</text>
                 { for segments.iter().zip(bytes).map(|(s, b)| {
-                    let w = 600.0 * b / scale;
-                    let r = html! { <rect class={format!("gm-f-{}", s.key)} x={n(x)} y={n(y)} width={n(w)} height="30"><title>{ format!("{}: {}", s.label, gib(*b)) }</title></rect> };
-                    x += w;
+                    let sw = bar_w * b / scale;
+                    let r = html! { <rect class={format!("gm-f-{}", s.key)} x={n(x)} y={n(y)} width={n(sw)} height="30"><title>{ format!("{}: {}", s.label, gib(*b)) }</title></rect> };
+                    x += sw;
                     r
                 }) }
                 if over > max_ref {
-                    <rect class="gm-hatch" x={n(600.0 * max_ref / scale)} y={n(y)} width={n(600.0 * (over - max_ref) / scale)} height="30" />
+                    <rect class="gm-hatch" x={n(4.0 + bar_w * max_ref / scale)} y={n(y)} width={n(bar_w * (over - max_ref) / scale)} height="30" />
                 }
             </g>
         }
     };
+    // The reference GPUs: a dashed line each, their names below the bars, one per row, each
+    // at its line unless that would run off the chart.
+    let lines_end = if stage > 0 { 130.0 } else { 66.0 };
     let ref_lines: Html = refs
         .iter()
         .enumerate()
         .map(|(i, g)| {
-            let x = 600.0 * g.capacity_bytes as f64 / scale;
+            let x = 4.0 + bar_w * g.capacity_bytes as f64 / scale;
+            let text = format!("{} {}", g.name, gib(g.capacity_bytes as f64));
+            let tw = crate::chart::text_width(&text);
+            let (tx, anchor) = if x + tw / 2.0 > w - 2.0 {
+                (x, "end")
+            } else if x - tw / 2.0 < 2.0 {
+                (x, "start")
+            } else {
+                (x, "middle")
+            };
             html! {
                 <g class="gm-ref">
-                    <line class="gm-capline" x1={n(x)} x2={n(x)} y1="14" y2={if stage > 0 { "130" } else { "66" }} />
-                    <text class="gm-caplabel" x={n(x)} y={n(if stage > 0 { 142.0 } else { 78.0 } + 11.0 * i as f64)} text-anchor="middle">{ format!("{} {}", g.name, gib(g.capacity_bytes as f64)) }</text>
+                    <line class="gm-capline" x1={n(x)} x2={n(x)} y1="14" y2={n(lines_end + 13.0 * i as f64 + 2.0)} />
+                    <text class="gm-caplabel gm-halo" x={n(tx)} y={n(lines_end + 13.0 + 13.0 * i as f64)} text-anchor={anchor}>{ text }</text>
                 </g>
             }
         })
         .collect();
-    let height = if stage > 0 { 140.0 } else { 76.0 } + 11.0 * refs.len() as f64 + 6.0;
+    let height = lines_end + 13.0 * refs.len() as f64 + 8.0;
     let summary = format!(
         "Model states for {} parameters: {} on one GPU{}{}.",
         params(np as u64),
         gib(total),
         if stage > 0 {
             format!(
-                ", {} per GPU with ZeRO {} over {gpus} GPUs",
+                ", {} per GPU with {} over {gpus} GPUs",
                 gib(total_gpu),
                 stage_name(stage)
             )
@@ -258,19 +270,26 @@ pub fn Zero(init: &Init) -> Html {
             String::new()
         },
         if fits(if stage > 0 { total_gpu } else { total }) {
-            ""
+            String::new()
         } else {
-            " — does not fit on any reference GPU"
+            format!(
+                ": does not fit on {}",
+                largest.map_or("any reference GPU", |l| l.0)
+            )
         }
     );
+    // The lines add up as shown: the whole to the total, the per-GPU figures to theirs.
+    let (sum, sum_gpu) = (Sum::of(total), Sum::of(total_gpu));
+    let full_t = sum.texts(&full, total);
+    let gpu_t = sum_gpu.texts(&per_gpu, total_gpu);
     let formula: Html = segments
         .iter()
-        .zip(&full)
-        .zip(&per_gpu)
+        .zip(&full_t)
+        .zip(&gpu_t)
         .map(|((s, f), g)| {
             html! {
-                <li>{ format!("{} = {} × {} B = {}{}", s.label, params(np as u64), trim(s.bytes_per_param), gib(*f),
-                    if stage >= s.shard_from && gpus > 1 { format!(" → / {gpus} = {} per GPU", gib(*g)) } else { String::new() }) }</li>
+                <li>{ format!("{} = {} × {} B = {f}{}", s.label, params(np as u64), trim(s.bytes_per_param),
+                    if stage > 0 { if stage >= s.shard_from && gpus > 1 { format!(" → / {gpus} = {g} per GPU") } else { format!(" → {g} per GPU, not sharded") } } else { String::new() }) }</li>
             }
         })
         .collect();
@@ -281,35 +300,40 @@ pub fn Zero(init: &Init) -> Html {
             aria-describedby={summary_id.clone()} {onkeydown}>
             <figcaption class="gm-head" id={title_id}>
                 <span class="gm-title">{ "GPU memory math: model states under ZeRO" }</span>
-                <span class="gm-sub">{ format!("{} parameters · {} GPUs · ZeRO {}", params(np as u64), gpus, stage_name(stage)) }</span>
+                <span class="gm-sub">{ format!("{} parameters · {} GPUs · {}", params(np as u64), gpus, stage_name(stage)) }</span>
             </figcaption>
             <p class="gm-total">
                 <span class="gm-label">{ "Total" }</span>
-                <strong class="gm-big" data-value="total">{ gib(total) }</strong>
+                <strong class="gm-big" data-value="total">{ sum.gib(total) }</strong>
                 if stage > 0 {
-                    <span class="gm-of" data-value="per-gpu">{ format!("{} per GPU", gib(total_gpu)) }</span>
+                    <span class="gm-of" data-value="per-gpu">{ format!("{} per GPU", sum_gpu.gib(total_gpu)) }</span>
                 }
                 if !fits(if stage > 0 { total_gpu } else { total }) {
-                    <span class="gm-badge" data-value="badge">{ "DOESN'T FIT" }</span>
+                    <span class="gm-badge" data-value="badge">{ format!("DOESN'T FIT on {}", largest.map_or("any reference GPU", |l| l.0)) }</span>
                 }
             </p>
-            <svg class="gm-chart" viewBox={format!("0 0 600 {}", n(height))} role="img" aria-labelledby={summary_id.clone()}>
+            <svg class="gm-chart" ref={svg_ref} viewBox={format!("0 0 {} {}", n(w), n(height))} role="img" aria-labelledby={summary_id.clone()}>
                 { bar(&full, 24.0, "One GPU (no sharding)".into()) }
                 if stage > 0 {
-                    { bar(&per_gpu, 88.0, format!("Per GPU, ZeRO {} over {gpus}", stage_name(stage))) }
+                    { bar(&per_gpu, 88.0, format!("Per GPU, {} over {gpus}", stage_name(stage))) }
                 }
                 { ref_lines }
             </svg>
+            { crate::allocator::key_legend(&segments.iter().filter_map(|s| parts::find(&s.key).map(|p| p.key)).collect::<Vec<_>>()) }
             if stage > 0 {
                 <ul class="gm-chips">
                     { for segments.iter().map(|s| html! {
-                        <li class="gm-chip">{ if stage >= s.shard_from && gpus > 1 { format!("{} / {gpus} (sharded)", s.label) } else { format!("{} (full)", s.label) } }</li>
+                        <li class="gm-chip">
+                            <span class={classes!("gm-swatch", format!("gm-c-{}", s.key))} aria-hidden="true"></span>
+                            { if stage >= s.shard_from && gpus > 1 { format!("{} / {gpus} (sharded)", s.label) } else { format!("{} (full)", s.label) } }
+                        </li>
                     }) }
                 </ul>
             }
             <ul class="gm-formula-lines" data-value="formula">
                 { formula }
-                <li><strong>{ format!("Total = {} × {} B = {}", params(np as u64), trim(bpp), gib(total)) }</strong></li>
+                <li><strong>{ format!("Total = {} × {} B = {}{}", params(np as u64), trim(bpp), sum.gib(total),
+                    if stage > 0 { format!(" → {} per GPU", sum_gpu.gib(total_gpu)) } else { String::new() }) }</strong></li>
             </ul>
             <div class="gm-controls">
                 <Slider id={format!("{uid}-params")} label="Parameters" min={0} max={STEPS} value={pos.clamp(0, STEPS)}
@@ -317,7 +341,7 @@ pub fn Zero(init: &Init) -> Html {
                 <Slider id={format!("{uid}-gpus")} label="GPUs" min={0} max={12} value={(gpus as f64).log2().round() as i64}
                     valuetext={format!("{gpus} GPUs")} on_change={on_gpus} />
                 <RadioGroup id={format!("{uid}-stage")} label="ZeRO stage"
-                    options={(0..4u8).map(|s| (s.to_string(), stage_name(s).to_string())).collect::<Vec<_>>()}
+                    options={["none", "stage 1", "stage 2", "stage 3"].iter().enumerate().map(|(s, l)| (s.to_string(), l.to_string())).collect::<Vec<_>>()}
                     selected={stage.to_string()} on_change={on_radio} />
                 <div class="gm-presets" role="group" aria-label="Presets">
                     { for PRESETS.iter().enumerate().map(|(i, (label, p))| {
@@ -328,9 +352,9 @@ pub fn Zero(init: &Init) -> Html {
                     }) }
                 </div>
             </div>
-            <p class="gm-note">{ "Keys: Left/Right adjust the slider · 1–4 presets · Z cycles the ZeRO stage." }</p>
+            <p class="gm-note">{ "Keys, with the focus on any control of this widget (Tab to it or click it): ← and → move the focused slider · 1–4 choose a preset · Z cycles the ZeRO stage." }</p>
             <p class="gm-sr" id={summary_id} aria-live="polite">{ summary }</p>
-            <Toolbar name={format!("gpumem-zero-{uid}")} />
+            <Toolbar name={format!("gpumem-zero-{uid}")} settings={settings(&k)} />
         </figure>
     }
 }

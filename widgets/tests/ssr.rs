@@ -10,6 +10,7 @@ fn init(widget: &str, knobs: &[(&str, &str)], options: &[(&str, &str)]) -> Init 
     Init {
         widget: widget.into(),
         uid: "t".into(),
+        page: "t".into(),
         knobs: Knobs(
             knobs
                 .iter()
@@ -49,8 +50,10 @@ fn breakdown_labels_every_slice_with_the_engine_figures() {
         "Activations — {}",
         gib(e.components["activations"] as f64)
     )));
-    assert!(html.contains("1.2B parameters × 2 B (bf16)"), "{html}");
-    assert!(html.contains("vocabulary (128256)"));
+    assert!(html.contains("1.24B parameters × 2 B (bf16)"), "{html}");
+    assert!(html.contains("vocabulary (128,256)"));
+    // The capacity is one of the labels, spread with them (never drawn over the axis).
+    assert!(html.contains("H100-80GB capacity — "), "{html}");
     assert!(html.contains("✓") && html.contains("free"));
     assert!(html.contains(r#"role="toolbar""#) && html.contains("Save SVG"));
 }
@@ -70,30 +73,53 @@ fn timeline_marks_a_peak_above_every_phase_boundary() {
         pts.iter().all(|p| p.1 <= peak + 1.0),
         "the peak is the highest point"
     );
-    assert!(html.contains(&format!(
-        "model states alone are {}",
-        gib(e.model_states_bytes as f64)
-    )));
+    // The caption's bookkeeping is the charts': what stays resident, and where the gradients
+    // are at the peak.
+    let resident = (e.weights_bytes + e.master_weights_bytes + e.optimizer_states_bytes) as f64;
+    assert!(
+        html.contains(&format!(
+            "the weights and optimizer states stay resident, {}",
+            gib(resident)
+        )),
+        "{html}"
+    );
+    assert!(html.contains("are not allocated yet at the peak"), "{html}");
+    // With gradient accumulation they exist at the peak (the micro-batches after the first).
+    let mut acc = SMALL.to_vec();
+    acc.push(("grad-accum", "4"));
+    let html = render(&init("timeline", &acc, &[])).unwrap();
+    assert!(html.contains("are all alive at the peak"), "{html}");
 }
 
 #[test]
-fn sweep_finds_where_it_stops_fitting() {
+fn sweep_finds_exactly_where_it_stops_fitting() {
+    use gpumem_widgets::sweep::{column_of, columns, first_over, samples};
     let html = render(&init(
         "sweep",
         SMALL,
-        &[("axis", "seq"), ("from", "1k"), ("to", "64k")],
+        &[
+            ("axis", "seq"),
+            ("from", "1k"),
+            ("to", "64k"),
+            ("scale", "log"),
+        ],
     ))
     .unwrap();
-    let cols = gpumem_widgets::sweep::columns(&init("sweep", SMALL, &[]).knobs, "seq", 1024, 65536);
+    let k = init("sweep", SMALL, &[]).knobs;
+    let cols = columns(&k, "seq", &samples(1024, 65536, true));
     assert_eq!(cols.len(), 7);
-    let first = cols
+    let i = cols
         .iter()
         .position(|c| !c.2)
         .expect("a 1B model at batch 4 stops fitting by 64K");
-    assert!(cols[..first].iter().all(|c| c.2));
-    let tok = cols[first].0 / 1024;
+    assert!(cols[..i].iter().all(|c| c.2));
+    let first = first_over(&k, "seq", cols[i - 1].0, cols[i].clone());
+    assert!(!first.2 && column_of(&k, "seq", first.0 - 1).unwrap().2);
     assert!(
-        html.contains(&format!("Stops fitting at seq {tok}K")),
+        html.contains(&format!(
+            "Stops fitting at seq {} tokens",
+            gpumem_widgets::format::count(first.0)
+        )),
         "{html}"
     );
     for w in cols.windows(2) {
@@ -101,6 +127,18 @@ fn sweep_finds_where_it_stops_fitting() {
     }
     let batch = render(&init("sweep", SMALL, &[("axis", "batch")])).unwrap();
     assert!(batch.contains("Memory against batch"));
+    // A linear axis by default; its levers when asked for.
+    let lin = render(&init(
+        "sweep",
+        SMALL,
+        &[("axis", "seq"), ("levers", "attention,recompute")],
+    ))
+    .unwrap();
+    assert!(
+        lin.contains(r#"aria-checked="true" tabindex="0" class="gm-pill">linear"#),
+        "{lin}"
+    );
+    assert!(lin.contains("Attention kernel") && lin.contains("Recomputation"));
 }
 
 #[test]
@@ -114,9 +152,12 @@ fn value_and_formula_show_the_engine_numbers() {
         &[("quantity", "params"), ("format", "count")],
     ))
     .unwrap();
-    assert!(p.contains(&e.params.to_string()));
+    assert!(p.contains(&gpumem_widgets::format::count(e.params)), "{p}");
     let f = render(&init("formula", SMALL, &[("quantity", "weights")])).unwrap();
-    assert!(f.contains("W = 1.2B × 2 B (bf16) = "), "{f}");
+    assert!(
+        f.contains("<var>M</var><sub>weights</sub> = 1.24B × 2 B (bf16) = "),
+        "{f}"
+    );
     assert!(f.contains(r#"aria-live="polite""#));
     let d = render(&init("formula", SMALL, &[("quantity", "device")])).unwrap();
     assert!(d.contains(&gib(e.device_bytes as f64)));
@@ -166,9 +207,19 @@ fn zero_shards_the_engine_states_and_names_each_slice() {
         )),
         "{html}"
     );
-    assert!(html.contains("Weights / 8 (sharded)") && html.contains("Momentum / 8 (sharded)"));
-    assert!(html.contains("Weights = 7.0B × 2 B = "), "{html}");
-    assert!(html.contains("Total = 7.0B × 16 B = "), "{html}");
+    assert!(
+        html.contains("Weights / 8 (sharded)") && html.contains("Optimizer states / 8 (sharded)")
+    );
+    assert!(html.contains("Weights = 7B × 2 B = "), "{html}");
+    assert!(html.contains("Total = 7B × 16 B = "), "{html}");
+    assert!(html.contains("7B parameters · 8 GPUs · ZeRO-3"), "{html}");
+    // The chips carry the parts' colours.
+    assert!(
+        html.contains(
+            r#"<li class="gm-chip"><span aria-hidden="true" class="gm-swatch gm-c-master">"#
+        ),
+        "{html}"
+    );
     assert!(html.contains(r#"role="radiogroup""#) && html.contains(r#"aria-keyshortcuts="1""#));
     assert!(html.contains("H100-80GB") && html.contains("RTX-4090"));
     // Stage 1: weights and gradients stay whole; no badge for 7B on 8 GPUs.
@@ -186,7 +237,7 @@ fn zero_shards_the_engine_states_and_names_each_slice() {
     assert!(
         s1.contains("Weights (full)")
             && s1.contains("Gradients (full)")
-            && s1.contains("Master / 8 (sharded)")
+            && s1.contains("Master weights / 8 (sharded)")
     );
     // 70B on one GPU does not fit any reference: the badge and the hatch.
     let big = render(&init(
@@ -196,9 +247,10 @@ fn zero_shards_the_engine_states_and_names_each_slice() {
     ))
     .unwrap();
     assert!(
-        big.contains("DOESN&#x27;T FIT") || big.contains("DOESN'T FIT"),
-        "{big}"
+        big.contains("DOESN&#x27;T FIT on A100-80GB") || big.contains("DOESN'T FIT on A100-80GB"),
+        "names the largest reference GPU: {big}"
     );
+    assert!(big.contains("· no ZeRO"), "{big}");
     assert!(big.contains("gm-hatch"));
     // A custom table: quantised inference.
     let custom = render(&init(
@@ -210,11 +262,8 @@ fn zero_shards_the_engine_states_and_names_each_slice() {
         ],
     ))
     .unwrap();
-    assert!(
-        custom.contains("INT4 weights = 7.0B × 0.50 B = "),
-        "{custom}"
-    );
-    assert!(custom.contains("Total = 7.0B × 2 B = 13.0 GiB"), "{custom}");
+    assert!(custom.contains("INT4 weights = 7B × 0.50 B = "), "{custom}");
+    assert!(custom.contains("Total = 7B × 2 B = 13.0 GiB"), "{custom}");
     assert!(gpumem_widgets::zero::parse_segments("x:1").is_err());
     assert!(gpumem_widgets::zero::parse_segments("x:1:4").is_err());
 }

@@ -123,6 +123,9 @@ fn build<'a>(knobs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Valu
             "precision" if v.contains('=') => {
                 m.insert(k.into(), precision_object(v)?);
             }
+            "finetune" if v.contains(',') => {
+                m.insert(k.into(), finetune_object(v)?);
+            }
             // A bare parameter count (model states only) wins over a preset.
             "params" => {
                 let n = number(k, v)?;
@@ -302,6 +305,44 @@ fn precision_object(v: &str) -> Result<Value> {
     Ok(Value::Object(o))
 }
 
+/// `lora,rank=64,targets=q_proj+v_proj` (or `targets=all-linear`): LoRA's or QLoRA's rank and
+/// target modules as the scenario's `{"lora": {…}}` object, which the engine checks.
+fn finetune_object(v: &str) -> Result<Value> {
+    let mut parts = v.split(',');
+    let method = parts.next().unwrap_or("").trim();
+    if method != "lora" && method != "qlora" {
+        return Err(Error::new(
+            "finetune",
+            format!(
+                "'{}': a rank and targets go with lora or qlora (lora,rank=64,targets=all-linear)",
+                shown(method)
+            ),
+        ));
+    }
+    let mut o = Map::new();
+    for part in parts {
+        match part.split_once('=') {
+            Some(("rank", r)) => {
+                o.insert("rank".into(), count("finetune", r)?.into());
+            }
+            Some(("targets", "all-linear")) => {
+                o.insert("targets".into(), "all-linear".into());
+            }
+            Some(("targets", t)) => {
+                let list = t.split('+').map(|x| Value::String(x.into())).collect();
+                o.insert("targets".into(), Value::Array(list));
+            }
+            _ => {
+                return Err(Error::new(
+                    "finetune",
+                    format!("'{}' is not rank=N or targets=a+b", shown(part)),
+                ))
+            }
+        }
+    }
+    Ok(json!({ method: o }))
+}
+
 /// The knob a JSON scenario field comes from.
 fn knob_of(field: &str) -> String {
     let head = field.split('.').next().unwrap_or("");
@@ -324,6 +365,36 @@ fn knob_of(field: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lora_rank_and_targets_travel_in_the_finetune_knob() {
+        let s = scenario([
+            ("model", "llama3.1-8b"),
+            ("finetune", "qlora,rank=64,targets=q_proj+k_proj+v_proj"),
+        ])
+        .unwrap();
+        let crate::scenario::Finetune::Lora(l) = &s.finetune else {
+            panic!("{:?}", s.finetune)
+        };
+        assert_eq!((l.rank, l.quantized, l.targets.len()), (64, true, 3));
+        let s = scenario([("finetune", "lora,targets=all-linear")]).unwrap();
+        let crate::scenario::Finetune::Lora(l) = &s.finetune else {
+            panic!()
+        };
+        assert_eq!(
+            (l.rank, l.targets.len()),
+            (16, crate::scenario::LORA_TARGETS.len())
+        );
+        for bad in [
+            "full,rank=8",
+            "lora,rank=0",
+            "lora,targets=nope",
+            "lora,alpha=2",
+        ] {
+            let e = scenario([("finetune", bad)]).unwrap_err();
+            assert!(e.field.starts_with("finetune"), "{bad}: {e:?}");
+        }
+    }
 
     #[test]
     fn knobs_map_onto_the_scenario() {

@@ -51,7 +51,8 @@ fn widget_attrs(widget: &str) -> &'static [&'static str] {
             "seq-max",
         ],
         "zero" => &["gpus", "references", "segments"],
-        "sweep" => &["axis", "from", "to"],
+        "sweep" => &["axis", "from", "to", "scale", "levers"],
+        "breakdown" => &["levers"],
         "value" => &["format"],
         "validation" => &["data"],
         _ => &[],
@@ -70,12 +71,14 @@ fn positional_count(widget: &str) -> usize {
 pub const QUANTITIES: &[&str] = &[
     "peak",
     "weights",
+    "quantized_weights",
     "master_weights",
     "gradients",
     "optimizer_states",
     "activations",
     "logits",
     "temporaries",
+    "weight_copies",
     "kv_cache",
     "model_states",
     "params",
@@ -311,7 +314,17 @@ fn allowed_values(key: &str) -> Option<&'static [&'static str]> {
         "show-breakdown" => &["true", "false"],
         "scope" => &["page", "local"],
         "axis" => &["seq", "batch", "gpus"],
-        "format" => &["gib", "gb", "bytes", "percent", "count", "phase"],
+        "scale" => &["linear", "log"],
+        "format" => &[
+            "gib",
+            "gb",
+            "bytes",
+            "percent",
+            "count",
+            "scaled",
+            "per-param",
+            "phase",
+        ],
         _ => return None,
     })
 }
@@ -337,6 +350,18 @@ fn check_widget_attrs(widget: &str, attrs: &[(String, String)]) -> Result<(), St
             "segments" => {
                 gpumem_widgets::zero::parse_segments(v)
                     .map_err(|e| format!("{widget}: segments: {e}"))?;
+            }
+            "levers" => {
+                if let Some(bad) = v
+                    .split(',')
+                    .find(|l| !gpumem_widgets::levers::LEVERS.contains(&l.trim()))
+                {
+                    return Err(format!(
+                        "{widget}: unknown lever '{}' (levers: {})",
+                        shown(bad),
+                        gpumem_widgets::levers::LEVERS.join(", ")
+                    ));
+                }
             }
             "references" => {
                 if let Some(bad) = v.split(',').find(|n| gpumem::gpu::find(n.trim()).is_none()) {

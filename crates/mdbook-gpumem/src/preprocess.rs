@@ -27,6 +27,9 @@ pub fn preprocess_at(
     let directives =
         parse_chapter(src).map_err(|errs| errs.iter().map(|e| e.at(file)).collect::<Vec<_>>())?;
     let mut errors = Vec::new();
+    // The chapter's name for its widgets' state and element ids: unique across the book, so
+    // that print.html (every chapter on one page) keeps each chapter's own.
+    let chapter = page_id(file);
 
     // The page's knobs: every page-scoped widget's, which must agree.
     let mut page = Knobs::default();
@@ -72,7 +75,8 @@ pub fn preprocess_at(
         }
         let init = Init {
             widget: d.widget.clone(),
-            uid: format!("gm{}", n + 1),
+            uid: format!("{chapter}-{}", n + 1),
+            page: chapter.clone(),
             knobs: if is_local(d) {
                 knobs_of(d)
             } else {
@@ -153,20 +157,55 @@ pub fn number_formulas(src: &str, chapter: Option<&str>) -> String {
     out
 }
 
-/// How a section is cited: the book's title and authors, the year, and the address the
-/// site is published at (empty: addresses relative to the site).
+/// How a section is cited: the book's title and authors (an organisation), the year, the
+/// version and build date, and the address the site is published at (empty: addresses
+/// relative to the site, which the page fills in with its own address once it is open).
 #[derive(Clone, Debug, Default)]
 pub struct Citation {
     pub book: String,
     pub authors: String,
     pub year: String,
     pub url: String,
+    /// The book's version (`cite-version`, or the preprocessor's).
+    pub version: String,
+    /// The day the book was built (YYYY-MM-DD): the version's date, and the access date
+    /// until the page says the day it is read.
+    pub built: String,
+}
+
+/// A day as YYYY-MM-DD, from seconds since 1970 (UTC; Howard Hinnant's civil-from-days).
+pub fn date(unix_seconds: u64) -> String {
+    let z = (unix_seconds / 86400) as i64 + 719468;
+    let era = z.div_euclid(146097);
+    let doe = z - era * 146097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+/// Today (or `SOURCE_DATE_EPOCH`'s day, for reproducible builds).
+pub fn build_date() -> String {
+    let secs = std::env::var("SOURCE_DATE_EPOCH")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0)
+        });
+    date(secs)
 }
 
 /// After every `## Heading {#id}` (outside code fences), a "Cite this" box with the section's
 /// reference as plain text and as BibTeX. `page` is the chapter's HTML file, `chapter` its
 /// number and title. Every `##` must carry an explicit id: that is what keeps citations
-/// stable when a heading's words change.
+/// stable when a heading's words change. The address and the access date are in spans the
+/// page script fills in (`book/scripts/gpumem-page.js`).
 pub fn cite_sections(
     src: &str,
     file: &str,
@@ -177,6 +216,11 @@ pub fn cite_sections(
     let mut out = String::with_capacity(src.len() * 2);
     let mut errors = Vec::new();
     let mut fence = false;
+    let year = if c.year.is_empty() {
+        c.built.get(..4).unwrap_or("").to_string()
+    } else {
+        c.year.clone()
+    };
     for (i, line) in src.split_inclusive('\n').enumerate() {
         out.push_str(line);
         let t = line.trim_end();
@@ -196,20 +240,32 @@ pub fn cite_sections(
             ));
             continue;
         };
-        let href = format!("{}{page}#{id}", c.url);
+        let rel = format!("{page}#{id}");
+        let href = format!("{}{rel}", c.url);
         let key = format!("gpumem-{}-{id}", page.trim_end_matches(".html"));
+        let url = format!("<span class=\"gm-cite-url\">{}</span>", esc(&href));
+        let day = format!("<span class=\"gm-cite-date\">{}</span>", esc(&c.built));
         let plain = format!(
-            "{}. “{}”, in {}, {chapter}. {}. {href}",
-            c.authors, title, c.book, c.year
+            "{}. “{}”. In <cite>{}</cite>, {}. Version {}, built {}. {url} (accessed {day}).",
+            esc(&c.authors),
+            esc(title),
+            esc(&c.book),
+            esc(chapter),
+            esc(&c.version),
+            esc(&c.built)
         );
         let bib = format!(
-            "@misc{{{key},\n  author = {{{{{}}}}},\n  title = {{{{{}}}: {chapter}, {title}}},\n  year = {{{}}},\n  howpublished = {{\\url{{{href}}}}}\n}}",
-            c.authors, c.book, c.year
+            "@misc{{{key},\n  author = {{{{{}}}}},\n  title = {{{{{}}}: {}, {}}},\n  year = {{{year}}},\n  version = {{{}}},\n  url = {{{url}}},\n  urldate = {{{day}}},\n  note = {{Built {}}}\n}}",
+            esc(&c.authors),
+            esc(&c.book),
+            esc(chapter),
+            esc(title),
+            esc(&c.version),
+            esc(&c.built)
         );
         out.push_str(&format!(
-            "\n<details class=\"gm-cite\"><summary>Cite this section</summary><p>{}</p><pre><code class=\"nohighlight\">{}</code></pre></details>\n\n",
-            esc(&plain),
-            esc(&bib)
+            "\n<details class=\"gm-cite\" data-href=\"{}\"><summary>Cite this section</summary><p>{plain}</p><pre><code class=\"nohighlight\">{bib}</code></pre></details>\n\n",
+            esc(&rel).replace('"', "&quot;")
         ));
     }
     if errors.is_empty() {
@@ -230,6 +286,22 @@ fn line_number(msg: &str) -> usize {
         .nth(1)
         .and_then(|l| l.parse().ok())
         .unwrap_or(0)
+}
+
+/// `book/budget.md` → `budget`; `book/a/b.md` → `a-b`: the path below the book's source
+/// directory, in letters, digits and dashes.
+fn page_id(file: &str) -> String {
+    let rel = file.split_once('/').map_or(file, |(_, rest)| rest);
+    let rel = rel.strip_suffix(".md").unwrap_or(rel);
+    let id: String = rel
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    if id.is_empty() {
+        "page".into()
+    } else {
+        id
+    }
 }
 
 fn is_local(d: &Directive) -> bool {
@@ -272,11 +344,18 @@ impl Preprocessor for GpumemPreprocessor {
                 .flatten()
                 .unwrap_or_default()
         };
+        let version = opt("cite-version");
         let cite = Citation {
             book: ctx.config.book.title.clone().unwrap_or_default(),
             authors: ctx.config.book.authors.join(" and "),
             year: opt("cite-year"),
             url: opt("cite-url"),
+            version: if version.is_empty() {
+                env!("CARGO_PKG_VERSION").to_string()
+            } else {
+                version
+            },
+            built: build_date(),
         };
         let mut errors = Vec::new();
         book.for_each_mut(|item| {
@@ -387,9 +466,11 @@ mod tests {
     fn every_section_can_be_cited_by_its_stable_id() {
         let c = Citation {
             book: "Where GPU memory goes".into(),
-            authors: "the gpumem team".into(),
+            authors: "The gpumem project".into(),
             year: "2026".into(),
             url: String::new(),
+            version: "0.1.0".into(),
+            built: "2026-11-23".into(),
         };
         let src = "# Activations\n\n## Selective recomputation {#selective-recomputation}\n\ntext\n\n```\n## not a heading\n```\n";
         let out = cite_sections(
@@ -400,12 +481,35 @@ mod tests {
             &c,
         )
         .unwrap();
-        assert_eq!(out.matches("<details class=\"gm-cite\">").count(), 1);
-        assert!(out.contains("activations.html#selective-recomputation"));
-        assert!(out.contains("@misc{gpumem-activations-selective-recomputation,"));
+        assert_eq!(out.matches("<details class=\"gm-cite\"").count(), 1);
+        assert!(out.contains("data-href=\"activations.html#selective-recomputation\""));
         assert!(out.contains(
-            "“Selective recomputation”, in Where GPU memory goes, chapter 4, Activations. 2026."
+            "<span class=\"gm-cite-url\">activations.html#selective-recomputation</span>"
         ));
+        assert!(out.contains("@misc{gpumem-activations-selective-recomputation,"));
+        assert!(out.contains("author = {{The gpumem project}}"), "{out}");
+        assert!(out.contains(
+            "The gpumem project. “Selective recomputation”. In <cite>Where GPU memory goes</cite>, chapter 4, Activations. Version 0.1.0, built 2026-11-23."
+        ), "{out}");
+        assert!(out.contains("urldate = {<span class=\"gm-cite-date\">2026-11-23</span>}"));
+        // Published: the pre-rendered text carries the absolute address.
+        let published = Citation {
+            url: "https://example.org/gpumem/".into(),
+            ..c.clone()
+        };
+        let out = cite_sections(
+            src,
+            "book/a.md",
+            "activations.html",
+            "chapter 4",
+            &published,
+        )
+        .unwrap();
+        assert!(out.contains(
+            "url = {<span class=\"gm-cite-url\">https://example.org/gpumem/activations.html#selective-recomputation</span>}"
+        ), "{out}");
+        assert_eq!(date(0), "1970-01-01");
+        assert_eq!(date(1_795_392_000), "2026-11-23");
         let e = cite_sections("## No id\n", "book/a.md", "a.html", "A", &c).unwrap_err();
         assert!(
             e[0].starts_with("book/a.md:1: give this section a stable id"),
@@ -421,7 +525,7 @@ mod tests {
         )
         .unwrap();
         let out = number_formulas(&out, Some("7"));
-        let w = out.find("W = \\frac").unwrap();
+        let w = out.find("M_\\text{weights} = \\frac").unwrap();
         assert!(out[w..].contains("\\tag{7.1}"));
         assert!(out.contains("\\tag{7.2}"));
         let hand = "$$\na \\tag{x}\n$$\n\n```\n$$\n```\n\n$$\nb\n$$\n";

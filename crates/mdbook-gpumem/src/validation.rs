@@ -59,17 +59,38 @@ fn read_data(path: &Path) -> Result<String, String> {
     Ok(text)
 }
 
+/// A signed percentage with a typographic minus, and no "−0.0": "+0.4 %", "−2.2 %", "0.0 %".
+pub fn signed_pct(x: f64) -> String {
+    let s = format!("{:+.1}", x * 100.0);
+    let digits = &s[1..];
+    if digits.bytes().all(|b| b == b'0' || b == b'.') {
+        format!("{digits} %")
+    } else if let Some(rest) = s.strip_prefix('-') {
+        format!("\u{2212}{rest} %")
+    } else {
+        format!("{s} %")
+    }
+}
+
 fn stats(r: &Report) -> String {
     let done = r.rows.iter().filter(|x| x.measured.is_some()).count();
+    // Which way the errors lean: runs predicted below what was measured (at the 0.1 % the
+    // table shows), and above.
+    let errors: Vec<f64> = r.rows.iter().filter_map(|x| x.error()).collect();
+    let low = errors.iter().filter(|e| **e <= -0.0005).count();
+    let high = errors.iter().filter(|e| **e >= 0.0005).count();
     format!(
         "<ul class=\"gm-stats\"><li><strong>{}</strong> runs, {done} completed and {} out of memory</li>\
          <li>median |error| <strong>{:.1} %</strong>, largest <strong>{:.1} %</strong> (goals: 5 % and 15 %)</li>\
+         <li>predicted below the measurement in <strong>{low}</strong> runs, above it in <strong>{high}</strong>, \
+         equal to the table's precision in the other {}</li>\
          <li>fits / out-of-memory verdicts right: <strong>{} of {}</strong></li>\
          <li>parameter counts and KV-cache sizes exact: <strong>{} of {}</strong></li></ul>",
         r.rows.len(),
         r.rows.len() - done,
         r.median_abs * 100.0,
         r.worst_abs * 100.0,
+        errors.len() - low - high,
         r.verdicts_right,
         r.rows.len(),
         r.counts_exact,
@@ -99,9 +120,13 @@ fn scatter(r: &Report) -> String {
         (lo.log10().floor(), hi.log10().ceil())
     };
     let hi = if hi > lo { hi } else { lo + 1.0 };
-    let (w, h, pad) = (420.0, 420.0, 48.0);
+    // Drawn at about the size it is shown at (24em wide at most, the column on a phone), so
+    // that its text reads at 11 px or more.
+    let (w, h, pad) = (300.0, 300.0, 44.0);
     let sx = |v: f64| pad + (v.log10() - lo) / (hi - lo) * (w - pad - 12.0);
-    let sy = |v: f64| h - pad - (v.log10() - lo) / (hi - lo) * (h - pad - 12.0);
+    // The top keeps room for the vertical axis' name, written across above it.
+    let top = 24.0;
+    let sy = |v: f64| h - pad - (v.log10() - lo) / (hi - lo) * (h - pad - top);
     let mut s = format!(
         "<figure class=\"gm gm-scatter\" role=\"figure\" aria-label=\"Predicted against measured peak, {} runs\">\
          <svg class=\"gm-chart\" viewBox=\"0 0 {w} {h}\" role=\"img\" aria-label=\"Scatter plot: every point lies on the diagonal within {:.1} %\">",
@@ -113,7 +138,7 @@ fn scatter(r: &Report) -> String {
         let _ = write!(
             s,
             "<g class=\"gm-tick\"><line class=\"gm-grid\" x1=\"{pad}\" x2=\"{:.1}\" y1=\"{:.1}\" y2=\"{:.1}\"/>\
-             <line class=\"gm-grid\" x1=\"{:.1}\" x2=\"{:.1}\" y1=\"12\" y2=\"{:.1}\"/>\
+             <line class=\"gm-grid\" x1=\"{:.1}\" x2=\"{:.1}\" y1=\"{top}\" y2=\"{:.1}\"/>\
              <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{d} GiB</text>\
              <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{d}</text></g>",
             w - 12.0,
@@ -151,27 +176,24 @@ fn scatter(r: &Report) -> String {
     }
     let _ = write!(
         s,
-        "<text class=\"gm-axis-label\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">measured peak (torch.cuda.max_memory_allocated)</text>\
-         <text class=\"gm-axis-label\" transform=\"translate(12 {:.1}) rotate(-90)\" text-anchor=\"middle\">predicted peak</text></svg>\
-         <figcaption>Each dot is one run on the H100; the solid line is a perfect prediction, the dashed lines ±5 %.</figcaption></figure>",
+        "<text class=\"gm-axis-label\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">measured peak →</text>\
+         <text class=\"gm-axis-label\" x=\"{:.1}\" y=\"12\" text-anchor=\"start\">predicted peak ↑</text></svg>\
+         <figcaption>Each dot is one run on the H100: the peak <code>torch.cuda.max_memory_allocated()</code> measured (across) against the one predicted (up). The solid line is a perfect prediction, the dashed lines ±5 %.</figcaption></figure>",
         (w + pad) / 2.0,
         h - 8.0,
-        (h - pad) / 2.0
+        pad - 36.0
     );
     s
 }
 
 fn table(r: &Report) -> String {
     let mut s = String::from(
-        "<table class=\"gm-table\"><thead><tr><th scope=\"col\">Run</th><th scope=\"col\">Measured</th>\
+        "<div class=\"gm-scroll\"><table class=\"gm-table gm-runs\"><thead><tr><th scope=\"col\">Run</th><th scope=\"col\">Measured</th>\
          <th scope=\"col\">Predicted</th><th scope=\"col\">Error</th></tr></thead><tbody>",
     );
     for x in &r.rows {
         let (m, err) = match (x.measured, x.error()) {
-            (Some(m), Some(e)) => (
-                format!("{:.2} GiB", m / GIB),
-                format!("{:+.1} %", e * 100.0),
-            ),
+            (Some(m), Some(e)) => (format!("{:.2} GiB", m / GIB), signed_pct(e)),
             _ => (
                 "out of memory".to_string(),
                 if x.verdict_right {
@@ -183,12 +205,12 @@ fn table(r: &Report) -> String {
         };
         let _ = write!(
             s,
-            "<tr><td>{}</td><td class=\"gm-num\">{m}</td><td class=\"gm-num\">{:.2} GiB</td><td class=\"gm-num\">{err}</td></tr>",
+            "<tr><td>{}</td><td class=\"gm-num\" data-label=\"measured\">{m}</td><td class=\"gm-num\" data-label=\"predicted\">{:.2} GiB</td><td class=\"gm-num\" data-label=\"error\">{err}</td></tr>",
             esc(&x.name),
             x.predicted / GIB
         );
     }
-    s.push_str("</tbody></table>");
+    s.push_str("</tbody></table></div>");
     s
 }
 
@@ -207,6 +229,13 @@ mod tests {
         );
         assert_eq!(html.matches("<tr><td>").count(), r.rows.len());
         assert!(html.contains(&format!("{:.1} %</strong>, largest", r.median_abs * 100.0)));
+        assert!(
+            !html.contains("-0.0") && !html.contains(">-"),
+            "typographic minus signs"
+        );
+        assert_eq!(signed_pct(-0.0004), "0.0 %");
+        assert_eq!(signed_pct(-0.022), "\u{2212}2.2 %");
+        assert_eq!(signed_pct(0.004), "+0.4 %");
         let e = render(&root, "no/such.jsonl").unwrap_err();
         assert!(e.starts_with("no/such.jsonl:"), "{e}");
     }

@@ -1,0 +1,168 @@
+//! A chapter's choices on its widget: `levers=attention,recompute` (Activations), `loss`
+//! (Logits), `finetune,rank,targets` (Fine-tuning). Each lever sets one knob of the page's
+//! scenario; the widget shows what follows.
+
+use yew::prelude::*;
+
+use crate::controls::{RadioGroup, Select};
+use crate::{Init, Knobs};
+
+/// The levers a widget may carry.
+pub const LEVERS: &[&str] = &[
+    "attention",
+    "recompute",
+    "loss",
+    "finetune",
+    "rank",
+    "targets",
+];
+
+/// LoRA's method, rank and targets as the `finetune` knob carries them
+/// (`qlora,rank=64,targets=all-linear`); `full` has neither.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tuning {
+    pub method: String,
+    pub rank: String,
+    pub targets: String,
+}
+
+impl Tuning {
+    pub fn read(k: &Knobs) -> Tuning {
+        let v = k.get("finetune").unwrap_or("full");
+        let mut parts = v.split(',');
+        let mut t = Tuning {
+            method: parts.next().unwrap_or("full").to_string(),
+            rank: "16".into(),
+            targets: "q_proj+v_proj".into(),
+        };
+        for p in parts {
+            match p.split_once('=') {
+                Some(("rank", r)) => t.rank = r.to_string(),
+                Some(("targets", x)) => t.targets = x.to_string(),
+                _ => {}
+            }
+        }
+        t
+    }
+
+    /// The knob's value: the bare method when rank and targets are the defaults.
+    pub fn knob(&self) -> String {
+        if self.method == "full" || (self.rank == "16" && self.targets == "q_proj+v_proj") {
+            self.method.clone()
+        } else {
+            format!(
+                "{},rank={},targets={}",
+                self.method, self.rank, self.targets
+            )
+        }
+    }
+}
+
+const TARGETS: &[(&str, &str)] = &[
+    ("q_proj+v_proj", "query and value"),
+    ("q_proj+k_proj+v_proj+o_proj", "all attention"),
+    ("all-linear", "every linear layer"),
+];
+
+#[derive(Properties, PartialEq)]
+pub struct LeversProps {
+    pub init: Init,
+    pub knobs: Knobs,
+    pub on_change: Callback<Knobs>,
+}
+
+/// The controls for the levers the widget's `levers` option names (none when it names none).
+#[component]
+pub fn Levers(p: &LeversProps) -> Html {
+    let Some(list) = p.init.option("levers") else {
+        return html! {};
+    };
+    let uid = &p.init.uid;
+    let k = &p.knobs;
+    let radio = |key: &'static str, label: &'static str, opts: &[(&str, &str)], dflt: &str| {
+        let selected = k.get(key).unwrap_or(dflt).to_string();
+        let (k, cb) = (k.clone(), p.on_change.clone());
+        let on_change = Callback::from(move |v: String| cb.emit(k.with(key, v)));
+        html! {
+            <RadioGroup id={format!("{uid}-{key}")} label={label}
+                options={opts.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect::<Vec<_>>()}
+                {selected} {on_change} />
+        }
+    };
+    let tuning = Tuning::read(k);
+    let tune = |f: fn(&mut Tuning, String)| {
+        let (k, cb, t) = (k.clone(), p.on_change.clone(), tuning.clone());
+        Callback::from(move |v: String| {
+            let mut t = t.clone();
+            f(&mut t, v);
+            cb.emit(k.with("finetune", t.knob()));
+        })
+    };
+    let lora = tuning.method != "full";
+    let controls: Html = list
+        .split(',')
+        .map(str::trim)
+        .map(|lever| match lever {
+            "attention" => radio(
+                "attention",
+                "Attention kernel",
+                &[("flash", "flash (SDPA)"), ("eager", "eager")],
+                "flash",
+            ),
+            "recompute" => radio(
+                "recompute",
+                "Recomputation",
+                &[("none", "none"), ("selective", "selective"), ("full", "full")],
+                "none",
+            ),
+            "loss" => radio(
+                "loss",
+                "Loss",
+                &[("standard", "standard (fp32 logits)"), ("fused", "fused, chunked")],
+                "standard",
+            ),
+            "finetune" => html! {
+                <RadioGroup id={format!("{uid}-finetune")} label="Fine-tuning"
+                    options={vec![("full".to_string(), "full".to_string()), ("lora".to_string(), "LoRA".to_string()), ("qlora".to_string(), "QLoRA (NF4 base)".to_string())]}
+                    selected={tuning.method.clone()} on_change={tune(|t, v| t.method = v)} />
+            },
+            "rank" if lora => html! {
+                <Select id={format!("{uid}-rank")} label="LoRA rank"
+                    options={["4", "8", "16", "32", "64", "128", "256"].iter().map(|r| (r.to_string(), r.to_string()))
+                        .chain((!["4", "8", "16", "32", "64", "128", "256"].contains(&tuning.rank.as_str())).then(|| (tuning.rank.clone(), tuning.rank.clone())))
+                        .collect::<Vec<_>>()}
+                    selected={tuning.rank.clone()} on_change={tune(|t, v| t.rank = v)} />
+            },
+            "targets" if lora => html! {
+                <Select id={format!("{uid}-targets")} label="Adapters on"
+                    options={TARGETS.iter().map(|(a, b)| (a.to_string(), b.to_string()))
+                        .chain((!TARGETS.iter().any(|(a, _)| *a == tuning.targets)).then(|| (tuning.targets.clone(), tuning.targets.replace('+', ", "))))
+                        .collect::<Vec<_>>()}
+                    selected={tuning.targets.clone()} on_change={tune(|t, v| t.targets = v)} />
+            },
+            _ => html! {},
+        })
+        .collect();
+    html! { <div class="gm-controls gm-levers">{ controls }</div> }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_finetune_knob_round_trips() {
+        let k = Knobs::default().with("finetune", "qlora,rank=64,targets=all-linear");
+        let t = Tuning::read(&k);
+        assert_eq!((t.method.as_str(), t.rank.as_str()), ("qlora", "64"));
+        assert_eq!(t.knob(), "qlora,rank=64,targets=all-linear");
+        assert_eq!(Tuning::read(&Knobs::default()).knob(), "full");
+        let mut t = Tuning::read(&Knobs::default().with("finetune", "lora"));
+        assert_eq!(t.knob(), "lora");
+        t.rank = "8".into();
+        let k = Knobs::default()
+            .with("model", "llama3.1-8b")
+            .with("finetune", t.knob());
+        assert!(k.estimate().is_ok(), "{}", t.knob());
+    }
+}
