@@ -396,7 +396,11 @@ impl Prepared {
     /// Runs of layers of one kind over layers `lo..hi` (as [`Architecture::runs`]).
     fn runs(&self, lo: u64, hi: u64) -> Vec<(usize, u64)> {
         if self.first.kinds.len() == 1 {
-            return if hi > lo { vec![(0, hi - lo)] } else { Vec::new() };
+            return if hi > lo {
+                vec![(0, hi - lo)]
+            } else {
+                Vec::new()
+            };
         }
         let mut v: Vec<(usize, u64)> = Vec::new();
         for &i in &self.kind_of[lo as usize..hi as usize] {
@@ -619,25 +623,25 @@ fn shards(s: &Scenario, pr: &Prepared, key: ShardKey) -> Shards {
     };
     for ts in groups {
         let unit = || -> step::Unit {
-        let local = params::local_numel(ts, tp, ep) as f64;
-        let shard = params::shard_numel(ts, tp, ep, n) as f64;
-        // The reduce-scatter's input: each tensor's shard times the ranks it is split over.
-        let rs: u64 = ts
-            .iter()
-            .map(|t| {
-                let k = t.shard_ranks(n, ep);
-                t.local(tp, ep).shard(k) * k
-            })
-            .sum();
-        step::Unit {
-            gathered: local * cdt.bytes(),
-            rs_in: rs as f64 * rdt.bytes(),
-            rs_out: shard * rdt.bytes(),
-            grad: shard * pdt.bytes(),
-            redistribute: 0.0,
-            acc_ratio: rdt.bytes() / cdt.bytes(),
-        }
-    };
+            let local = params::local_numel(ts, tp, ep) as f64;
+            let shard = params::shard_numel(ts, tp, ep, n) as f64;
+            // The reduce-scatter's input: each tensor's shard times the ranks it is split over.
+            let rs: u64 = ts
+                .iter()
+                .map(|t| {
+                    let k = t.shard_ranks(n, ep);
+                    t.local(tp, ep).shard(k) * k
+                })
+                .sum();
+            step::Unit {
+                gathered: local * cdt.bytes(),
+                rs_in: rs as f64 * rdt.bytes(),
+                rs_out: shard * rdt.bytes(),
+                grad: shard * pdt.bytes(),
+                redistribute: 0.0,
+                acc_ratio: rdt.bytes() / cdt.bytes(),
+            }
+        };
         sh.units.push(unit());
         let (mut held, mut optim) = (0.0, 0.0);
         for t in ts {
@@ -736,7 +740,12 @@ fn rank_step(
     };
     let ep = par.ep;
     let key: ShardKey = (tp, ep, n, fsdp);
-    let found = pr.shards.borrow().iter().find(|x| x.0 == key).map(|x| x.1.clone());
+    let found = pr
+        .shards
+        .borrow()
+        .iter()
+        .find(|x| x.0 == key)
+        .map(|x| x.1.clone());
     let sh = match found {
         Some(sh) => sh,
         None => {
@@ -755,8 +764,16 @@ fn rank_step(
     // Persistent states of this rank: each group of tensors as many times as it holds it.
     let mut counts = vec![u64::from(part.first), u64::from(part.last)];
     counts.extend((0..pr.tensors.layers.len()).map(|i| part.count(i)));
-    let held: f64 = counts.iter().zip(&sh.held).map(|(&k, x)| k as f64 * x).sum();
-    let mut optim: f64 = counts.iter().zip(&sh.optim).map(|(&k, x)| k as f64 * x).sum();
+    let held: f64 = counts
+        .iter()
+        .zip(&sh.held)
+        .map(|(&k, x)| k as f64 * x)
+        .sum();
+    let mut optim: f64 = counts
+        .iter()
+        .zip(&sh.optim)
+        .map(|(&k, x)| k as f64 * x)
+        .sum();
     let mut base = Bytes::default();
     let mut host = 0.0;
     // FSDP2's CPUOffloadPolicy keeps the sharded parameters, their gradients and the

@@ -25,12 +25,90 @@ pub const MAX_DATA_BYTES: u64 = 16 << 20;
 pub fn render(root: &Path, data: &str) -> Result<String, String> {
     let text = read_data(&root.join(data)).map_err(|e| format!("{data}: {e}"))?;
     let r = validate(&text).map_err(|e| format!("{data}:{}: {}", e.field, e.message))?;
+    if r.rows.iter().any(|x| x.layout.is_some()) {
+        return Ok(format!(
+            "<div class=\"gm-validation\">{}{}{}<details class=\"gm-details\"><summary>Every case ({})</summary>{}</details></div>",
+            oracle_stats(&r),
+            layouts(&r),
+            scatter(&r, ORACLE_CAPTION),
+            r.rows.len(),
+            table(&r)
+        ));
+    }
     Ok(format!(
         "<div class=\"gm-validation\">{}{}{}</div>",
         stats(&r),
-        scatter(&r),
+        scatter(&r, H100_CAPTION),
         table(&r)
     ))
+}
+
+const H100_CAPTION: &str = "Each dot is one run on the H100: the peak <code>torch.cuda.max_memory_allocated()</code> measured (across) against the one predicted (up). The solid line is a perfect prediction, the dashed lines ±5 %.";
+
+const ORACLE_CAPTION: &str = "Each dot is one rank of one layout: the peak PyTorch allocated on it (across) against the one predicted (up). The solid line is a perfect prediction, the dashed lines ±5 %.";
+
+/// The oracle cases' statistics: how many, and how close.
+fn oracle_stats(r: &Report) -> String {
+    let bounds = r.rows.iter().filter(|x| x.bound).count();
+    let errors: Vec<f64> = r
+        .rows
+        .iter()
+        .filter(|x| !x.bound)
+        .filter_map(|x| x.error())
+        .collect();
+    let low = errors.iter().filter(|e| **e <= -0.0005).count();
+    let high = errors.iter().filter(|e| **e >= 0.0005).count();
+    format!(
+        "<ul class=\"gm-stats\"><li><strong>{}</strong> cases in <strong>{}</strong> layout families</li>\
+         <li>median |error| <strong>{:.2} %</strong>, largest <strong>{:.2} %</strong> (goals: 1 % and 5 %)</li>\
+         <li>predicted below PyTorch's peak in <strong>{low}</strong> cases, above it in <strong>{high}</strong>, \
+         equal to the table's precision in the other {}</li>\
+         <li>{bounds} case{} measured a lighter rank than the worst, which the engine reports: \
+         there the prediction must be at or above the measurement (it is), and the statistics leave {} out</li>\
+         <li>parameter counts exact: <strong>{} of {}</strong></li></ul>",
+        r.rows.len(),
+        families(r).len(),
+        r.median_abs * 100.0,
+        r.worst_abs * 100.0,
+        errors.len() - low - high,
+        if bounds == 1 { "" } else { "s" },
+        if bounds == 1 { "it" } else { "them" },
+        r.counts_exact,
+        r.rows.len()
+    )
+}
+
+/// The layout families, in order of first appearance.
+fn families(r: &Report) -> Vec<String> {
+    let mut v: Vec<String> = Vec::new();
+    for l in r.rows.iter().filter_map(|x| x.layout.clone()) {
+        if !v.contains(&l) {
+            v.push(l);
+        }
+    }
+    v
+}
+
+/// One row per layout family: its cases and how close they are.
+fn layouts(r: &Report) -> String {
+    let mut s = String::from(
+        "<div class=\"gm-scroll\"><table class=\"gm-table gm-layouts\"><thead><tr><th scope=\"col\">Layout</th>\
+         <th scope=\"col\">Cases</th><th scope=\"col\">Median |error|</th><th scope=\"col\">Largest |error|</th></tr></thead><tbody>",
+    );
+    for f in families(r) {
+        let rows = || r.rows.iter().filter(|x| x.layout.as_deref() == Some(&f));
+        let (median, worst) = gpumem::validation::summary(rows());
+        let _ = write!(
+            s,
+            "<tr><td>{}</td><td class=\"gm-num\" data-label=\"cases\">{}</td><td class=\"gm-num\" data-label=\"median\">{:.2} %</td><td class=\"gm-num\" data-label=\"largest\">{:.2} %</td></tr>",
+            esc(&f),
+            rows().count(),
+            median * 100.0,
+            worst * 100.0
+        );
+    }
+    s.push_str("</tbody></table></div>");
+    s
 }
 
 /// A small regular file's text (never a device, a FIFO or a directory: reading those could
@@ -99,7 +177,7 @@ fn stats(r: &Report) -> String {
 }
 
 /// Measured (x) against predicted (y), both on log axes, with the diagonal and ±5 % lines.
-fn scatter(r: &Report) -> String {
+fn scatter(r: &Report, caption: &str) -> String {
     let pts: Vec<(f64, f64, &str)> = r
         .rows
         .iter()
@@ -168,7 +246,7 @@ fn scatter(r: &Report) -> String {
     for (m, p, name) in &pts {
         let _ = write!(
             s,
-            "<circle class=\"gm-dot\" cx=\"{:.1}\" cy=\"{:.1}\" r=\"3.5\"><title>{}: measured {m:.2} GiB, predicted {p:.2} GiB</title></circle>",
+            "<circle class=\"gm-dot\" cx=\"{:.1}\" cy=\"{:.1}\" r=\"3.5\"><title>{}: measured {m:.3} GiB, predicted {p:.3} GiB</title></circle>",
             sx(*m),
             sy(*p),
             esc(name)
@@ -178,7 +256,7 @@ fn scatter(r: &Report) -> String {
         s,
         "<text class=\"gm-axis-label\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">measured peak →</text>\
          <text class=\"gm-axis-label\" x=\"{:.1}\" y=\"12\" text-anchor=\"start\">predicted peak ↑</text></svg>\
-         <figcaption>Each dot is one run on the H100: the peak <code>torch.cuda.max_memory_allocated()</code> measured (across) against the one predicted (up). The solid line is a perfect prediction, the dashed lines ±5 %.</figcaption></figure>",
+         <figcaption>{caption}</figcaption></figure>",
         (w + pad) / 2.0,
         h - 8.0,
         pad - 36.0
@@ -205,8 +283,13 @@ fn table(r: &Report) -> String {
         };
         let _ = write!(
             s,
-            "<tr><td>{}</td><td class=\"gm-num\" data-label=\"measured\">{m}</td><td class=\"gm-num\" data-label=\"predicted\">{:.2} GiB</td><td class=\"gm-num\" data-label=\"error\">{err}</td></tr>",
+            "<tr><td>{}{}</td><td class=\"gm-num\" data-label=\"measured\">{m}</td><td class=\"gm-num\" data-label=\"predicted\">{:.2} GiB</td><td class=\"gm-num\" data-label=\"error\">{err}</td></tr>",
             esc(&x.name),
+            if x.bound {
+                " <small>(a lighter rank: the prediction is the worst rank's)</small>"
+            } else {
+                ""
+            },
             x.predicted / GIB
         );
     }
