@@ -23,6 +23,7 @@ pub mod parallelism;
 pub mod parts;
 pub mod precision;
 pub mod quantity;
+pub mod segments;
 pub mod store;
 pub mod sweep;
 pub mod timeline;
@@ -163,6 +164,7 @@ pub const RENDERED: &[&str] = &[
     "zero",
     "precision",
     "parallelism",
+    "segments",
 ];
 
 /// Widgets that sit inside a sentence (their host is a `span`).
@@ -191,6 +193,7 @@ pub fn render(init: &Init) -> Result<String, String> {
         "zero" => ssr::<zero::Zero>(init),
         "precision" => ssr::<precision::PrecisionPanel>(init),
         "parallelism" => ssr::<parallelism::Parallelism>(init),
+        "segments" => ssr::<segments::Segments>(init),
         other => {
             return Err(format!(
                 "the {other} widget is not built yet (built: {})",
@@ -265,6 +268,7 @@ pub fn start() {
             "zero" => hydrate::<zero::Zero>(el, init),
             "precision" => hydrate::<precision::PrecisionPanel>(el, init),
             "parallelism" => hydrate::<parallelism::Parallelism>(el, init),
+            "segments" => hydrate::<segments::Segments>(el, init),
             _ => continue,
         }
     }

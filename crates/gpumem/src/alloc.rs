@@ -302,6 +302,16 @@ impl Allocator {
         self.stats
     }
 
+    /// `memory_reserved()`.
+    pub fn reserved(&self) -> u64 {
+        self.stats.reserved
+    }
+
+    /// `max_memory_allocated()` since the last reset.
+    pub fn peak_allocated(&self) -> u64 {
+        self.stats.peak_allocated
+    }
+
     /// `torch.cuda.reset_peak_memory_stats()`.
     pub fn reset_peaks(&mut self) {
         self.stats.peak_reserved = self.stats.reserved;
@@ -817,6 +827,8 @@ impl Allocator {
             .collect()
     }
 }
+
+pub mod stream;
 
 #[cfg(test)]
 mod tests {

@@ -33,6 +33,7 @@ pub const WIDGETS: &[&str] = &[
     "value",
     "formula",
     "validation",
+    "segments",
 ];
 
 /// Attributes every widget takes: they describe the scenario (and how the widget shares it).
@@ -88,6 +89,11 @@ pub const QUANTITIES: &[&str] = &[
     "device",
     "cuda_context",
     "reserve",
+    "reserved",
+    "reserved_unallocated",
+    "largest_free_block",
+    "segments",
+    "cublas_workspace",
 ];
 
 /// One directive found in a chapter.
