@@ -128,14 +128,17 @@ impl GpuParams {
                 .sum()
         };
         let (dense_total, _, _) = a
-            .layer_params(crate::arch::LayerKind { moe: false })
+            .layer_params(crate::arch::LayerKind::default())
             .unwrap_or_default();
         let norms = dense_total as f64 - attn_full - mlp(a.intermediate);
         let dense = attn + mlp(a.intermediate) / t + norms;
         let (moe, experts) = match &a.moe {
             Some(m) => {
                 let (total, routed, _) = a
-                    .layer_params(crate::arch::LayerKind { moe: true })
+                    .layer_params(crate::arch::LayerKind {
+                        moe: true,
+                        ..Default::default()
+                    })
                     .unwrap_or_default();
                 let shared = mlp(m.expert_intermediate) * m.shared_experts as f64;
                 let router = (total - routed) as f64 - attn_full - shared - norms;

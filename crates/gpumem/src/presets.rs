@@ -1,6 +1,6 @@
 //! Real models, from their published `config.json` files.
 
-use crate::arch::{Activation, Architecture, Dropout, Family, Mla, Moe};
+use crate::arch::{Activation, Architecture, AttnType, Dropout, Family, Mla, Moe, Norm, Quant};
 
 /// A named model.
 #[derive(Clone, Debug)]
@@ -12,40 +12,28 @@ pub struct Preset {
     pub arch: Architecture,
 }
 
-const NO_DROPOUT: Dropout = Dropout {
-    embd: 0.0,
-    attn: 0.0,
-    resid: 0.0,
-};
-
 /// GPT-2's configuration (OpenAI's release as published on the Hugging Face hub).
 pub fn gpt2(hidden: u64, layers: u64, heads: u64) -> Architecture {
-    Architecture {
-        family: Family::Gpt2,
-        hidden,
-        layers,
-        heads,
-        kv_heads: heads,
-        head_dim: hidden / heads,
-        intermediate: 4 * hidden,
-        vocab: 50257,
-        tied_embeddings: true,
-        learned_positions: Some(1024),
-        qkv_bias: true,
-        o_bias: true,
-        mlp_bias: true,
-        activation: Activation::GeluNew,
-        dropout: Dropout {
-            embd: 0.1,
-            attn: 0.1,
-            resid: 0.1,
-        },
-        moe: None,
-        mla: None,
-    }
+    let mut a = Architecture::base(Family::Gpt2, hidden, layers, heads, 4 * hidden);
+    a.vocab = 50257;
+    a.tied_embeddings = true;
+    a.learned_positions = Some(1024);
+    a.qkv_bias = true;
+    a.o_bias = true;
+    a.mlp_bias = true;
+    a.activation = Activation::GeluNew;
+    a.dropout = Dropout {
+        embd: 0.1,
+        attn: 0.1,
+        resid: 0.1,
+    };
+    a.norm = Norm::LayerNorm;
+    a.gated = false;
+    a.rope_dim = 0;
+    a
 }
 
-/// A Llama-style decoder (Llama, Mistral, Qwen2).
+/// A Llama-style decoder (Llama; Qwen2 when `qkv_bias`).
 #[allow(clippy::too_many_arguments)]
 pub fn llama(
     hidden: u64,
@@ -57,38 +45,31 @@ pub fn llama(
     tied: bool,
     qkv_bias: bool,
 ) -> Architecture {
-    Architecture {
-        family: Family::Llama,
-        hidden,
-        layers,
-        heads,
-        kv_heads,
-        head_dim: hidden / heads,
-        intermediate,
-        vocab,
-        tied_embeddings: tied,
-        learned_positions: None,
-        qkv_bias,
-        o_bias: false,
-        mlp_bias: false,
-        activation: Activation::Silu,
-        dropout: NO_DROPOUT,
-        moe: None,
-        mla: None,
-    }
+    let family = if qkv_bias {
+        Family::Qwen2
+    } else {
+        Family::Llama
+    };
+    let mut a = Architecture::base(family, hidden, layers, heads, intermediate);
+    a.kv_heads = kv_heads;
+    a.vocab = vocab;
+    a.tied_embeddings = tied;
+    a.qkv_bias = qkv_bias;
+    a
+}
+
+fn mistral_7b() -> Architecture {
+    let mut a = llama(4096, 32, 32, 8, 14336, 32000, false, false);
+    a.family = Family::Mistral;
+    a.sliding_window = Some(4096);
+    a.layer_types = vec![AttnType::Sliding];
+    a
 }
 
 fn mixtral_8x7b() -> Architecture {
     let mut a = llama(4096, 32, 32, 8, 14336, 32000, false, false);
     a.family = Family::Mixtral;
-    a.moe = Some(Moe {
-        experts: 8,
-        top_k: 2,
-        expert_intermediate: 14336,
-        shared_experts: 0,
-        first_dense_layers: 0,
-        router_bias: false,
-    });
+    a.moe = Some(Moe::new(8, 2, 14336));
     a
 }
 
@@ -96,14 +77,12 @@ fn deepseek_v3() -> Architecture {
     let mut a = llama(7168, 61, 128, 128, 18432, 129280, false, false);
     a.family = Family::DeepseekV3;
     a.head_dim = 128 + 64;
-    a.moe = Some(Moe {
-        experts: 256,
-        top_k: 8,
-        expert_intermediate: 2048,
-        shared_experts: 1,
-        first_dense_layers: 3,
-        router_bias: true,
-    });
+    a.rope_dim = 64;
+    let mut m = Moe::new(256, 8, 2048);
+    m.shared_experts = 1;
+    m.first_dense_layers = 3;
+    m.router_bias = true;
+    a.moe = Some(m);
     a.mla = Some(Mla {
         q_lora_rank: Some(1536),
         kv_lora_rank: 512,
@@ -111,6 +90,7 @@ fn deepseek_v3() -> Architecture {
         qk_rope_head_dim: 64,
         v_head_dim: 128,
     });
+    a.quant = Some(Quant::Fp8 { block: 128 });
     a
 }
 
@@ -225,7 +205,7 @@ pub fn all() -> Vec<Preset> {
             "mistral-7b",
             &["mistral-7b-v0.1"][..],
             "mistralai/Mistral-7B-v0.1 config.json",
-            llama(4096, 32, 32, 8, 14336, 32000, false, false),
+            mistral_7b(),
         ),
         p(
             "mixtral-8x7b",
