@@ -99,6 +99,17 @@ def main():
     a = p.parse_args()
 
     from torch._subclasses.fake_tensor import FakeTensorMode
+    # LongRoPE (Phi-3.5) branches on torch.max(position_ids): answer it for positions
+    # 0..seq-1 as families.py does.
+    orig_max = torch.max
+
+    def patched_max(*x, **k):
+        t = x[0] if x else None
+        if (len(x) == 1 and not k and isinstance(t, torch._subclasses.FakeTensor)
+                and t.dtype == torch.long and t.dim() == 2 and t.shape[-1] == a.seq):
+            return a.seq - 1
+        return orig_max(*x, **k)
+    torch.max = patched_max
     import transformers.masking_utils as _mu
     _mu.is_tracing = lambda *x, **k: False
     _mu.find_packed_sequence_indices = lambda *x, **k: None
@@ -130,6 +141,7 @@ def main():
 
         def post(m, args, kwargs, out):
             marks["fwd1"] = (tr.n, tr.cur)
+            marks["live_at_end"] = set(tr.live)
             tr.on = False
             o = out[0] if isinstance(out, tuple) else out
             if o.requires_grad:
@@ -146,16 +158,24 @@ def main():
             fwd_log = [e for e in tr.log if marks["fwd0"][0] < e[0] <= marks["fwd1"][0]]
             tr.log = []
             print(f"== layer {a.layer} forward ({type(blk).__name__}): start live {marks['fwd0'][1]:,}")
-            kept = 0
+            kept, small = 0, 0
+            at_end = marks["live_at_end"]
             for (i, name, new, cur) in fwd_log:
                 for (b, shape, dtype, sid) in new:
-                    alive = sid in tr.live
+                    alive = sid in tr.live  # still alive when the model's forward returns
                     kept += b if alive else 0
-                    if b >= a.min_bytes:
-                        died = "" if alive else f" freed@{tr.deaths.get(sid, '?') - marks['fwd0'][0]}"
-                        print(f"  {i - marks['fwd0'][0]:4d} {name:34s} {b:>14,} {str(shape):28s} {dtype:9s}"
-                              f" {'KEPT' if alive else ''}{died}")
-            print(f"  kept at layer end: {kept:,}  (delta {marks['fwd1'][1] - marks['fwd0'][1]:,})")
+                    if b < a.min_bytes:
+                        small += b if alive else 0
+                        continue
+                    if alive:
+                        state = "KEPT"
+                    elif sid in at_end:
+                        state = f"to layer end, freed@{tr.deaths.get(sid, 0) - marks['fwd0'][0]}"
+                    else:
+                        state = f"freed@{tr.deaths.get(sid, 0) - marks['fwd0'][0]}"
+                    print(f"  {i - marks['fwd0'][0]:4d} {name:34s} {b:>14,} {str(shape):28s} {dtype:9s} {state}")
+            print(f"  kept (alive when the forward returns): {kept:,} (small ones {small:,}); "
+                  f"layer delta {marks['fwd1'][1] - marks['fwd0'][1]:,}")
             if a.backward:
                 out.loss.backward()
                 if "bwd0" in marks:

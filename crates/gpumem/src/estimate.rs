@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use crate::arch::Architecture;
+use crate::arch::{Architecture, AttnType};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::gpu::CUDA_CONTEXT_BYTES;
@@ -179,11 +179,11 @@ pub fn estimate(s: &Scenario) -> Result<Estimate> {
             )
         }
         Some(a) => {
-            if a.mla.is_some() {
-                notes.push("DeepSeek MLA: the KV cache is counted as transformers stores it (decompressed per-head keys and values), not as a latent cache".into());
+            if a.mla.is_some() && !train {
+                notes.push("MLA: the KV cache holds the compressed latent and the RoPE key per token and layer, as transformers 5 caches it".into());
             }
             if a.moe.is_some() {
-                notes.push("MoE: tokens are assumed evenly routed; experts run as transformers' eager loop".into());
+                notes.push("MoE: tokens are assumed evenly routed; experts run as transformers 5's grouped_mm (all routed rows gathered at once)".into());
             }
             if train {
                 let r = train_step(s, a, base, grads, grads_full, &mut timeline);
@@ -1455,28 +1455,51 @@ fn inference(
     });
     let r_peak = seg.peak;
     let r_phase = seg.at.words();
-    let kv_elem = a.kv_elems_per_token_layer() as f64 * ctx.c.bytes();
+    let b = s.batch as f64;
+    let c = ctx.c.bytes();
+    let per_token = a.cache_elems_per_token_layer() as f64 * c * b;
     let kv_len = (s.seq + s.new_tokens.max(1) - 1) as f64;
-    let kv_final = a.layers as f64 * s.batch as f64 * kv_len * kv_elem;
-    let kv_prefill = a.layers as f64 * ctx.t * kv_elem;
+    // What the cache reports at the end (transformers' tensor shapes: window − 1 tokens per
+    // sliding layer, MLA's latent, linear layers' fixed state).
+    let kv_final = a.kv_cache_bytes(b, kv_len, c);
+    // What it holds in memory: after the prefill every attention layer's storage has all
+    // `seq` tokens (a sliding layer keeps a view of the last window − 1 of them); once
+    // decoding, a sliding or chunked layer's storage is one window, re-made at each step.
+    let state = a.linear_state_bytes(b, c);
+    let window = |t: AttnType| match t {
+        AttnType::Sliding => a.sliding_window,
+        AttnType::Chunked => a.chunk,
+        _ => None,
+    };
+    let (mut kv_prefill, mut kv_decode) = (0.0, 0.0);
+    for l in 0..a.layers {
+        match a.attn_type(l) {
+            AttnType::Linear => {
+                kv_prefill += state;
+                kv_decode += state;
+            }
+            t => {
+                kv_prefill += ctx.t * per_token / b;
+                let n = window(t).map_or(kv_len, |w| kv_len.min(w as f64));
+                kv_decode += n * per_token;
+            }
+        }
+    }
     tl.push(Point {
         phase: "after prefill (KV cache filled)".into(),
         bytes: (weights + kv_prefill).round() as u64,
     });
     // Decode: the cache grows by concatenation (a layer's keys or values exist twice for a
     // moment), plus one token's activations and fp32 logits.
-    let per_layer = s.batch as f64 * kv_len * kv_elem / 2.0;
-    let decode = kv_final + per_layer + s.batch as f64 * (a.vocab as f64) * (ctx.c.bytes() + 4.0);
+    let per_layer = kv_len * per_token / 2.0;
+    let decode = kv_decode + per_layer + b * (a.vocab as f64) * (c + 4.0);
     let mut at_peak = r_peak;
     let mut phase = r_phase;
     // Prefill's bytes include the cache; report the cache separately.
     let prefill_peak = r_peak.total();
     let peak = if s.new_tokens > 0 && decode > prefill_peak {
         phase = "decode: last token".into();
-        at_peak = Bytes::of(
-            Cat::Temporaries,
-            per_layer + s.batch as f64 * a.vocab as f64 * (ctx.c.bytes() + 4.0),
-        );
+        at_peak = Bytes::of(Cat::Temporaries, per_layer + b * a.vocab as f64 * (c + 4.0));
         decode
     } else {
         // Separate the cache from the activations at the prefill peak.
@@ -1486,7 +1509,7 @@ fn inference(
     };
     tl.push(Point {
         phase: "end of generation".into(),
-        bytes: (weights + kv_final).round() as u64,
+        bytes: (weights + kv_decode).round() as u64,
     });
     (weights + peak, phase, kv_final, at_peak)
 }

@@ -753,7 +753,7 @@ fn parse_decoder(o: &Obj<'_>, family: Family) -> Result<Architecture> {
     // Norms and the block's layout.
     a.norm = match family {
         Gemma2 | Gemma3 | Qwen3Next => Norm::RmsOffset,
-        Olmo2 => Norm::RmsWeightFirst,
+        Olmo2 | GptOss => Norm::RmsWeightFirst,
         Falcon | GptNeox | Starcoder2 => Norm::LayerNorm,
         Cohere | Cohere2 => Norm::CohereLayerNorm,
         _ => Norm::Rms,
