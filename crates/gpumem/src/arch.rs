@@ -935,6 +935,68 @@ impl Architecture {
         }
     }
 
+    /// Bytes of the weights as the published checkpoint stores them (`quantization_config`),
+    /// the rest in a dtype of `elem` bytes; `None` when the checkpoint is not quantized.
+    /// MXFP4: each routed expert's weight row as 4-bit values (16 bytes per 32) and one
+    /// 8-bit scale per 32; fp8: every linear weight (experts included, LM head excluded) as
+    /// one byte per value and an fp32 scale per `block × block` tile.
+    pub fn checkpoint_weight_bytes(&self, elem: f64) -> Option<f64> {
+        let q = self.quant?;
+        let total = self.checked_params()?.total as f64;
+        // (rows, inputs, copies) of every quantized matrix of a layer of kind `k`.
+        let matrices = |k: LayerKind| -> Vec<(u64, u64, u64)> {
+            let mut v = Vec::new();
+            let experts = match (&self.moe, k.moe) {
+                (Some(m), true) => {
+                    let i = m.expert_intermediate;
+                    let rows = if self.gated { 2 * i } else { i };
+                    vec![(rows, self.hidden, m.experts), (self.hidden, i, m.experts)]
+                }
+                _ => Vec::new(),
+            };
+            match q {
+                Quant::Mxfp4 => v.extend(experts),
+                Quant::Fp8 { .. } => {
+                    v.extend(experts);
+                    for (_, l) in self.attention_linears_of(k.attn) {
+                        v.push((l.out, l.inp, 1));
+                    }
+                    let mlp = match (&self.moe, k.moe) {
+                        (Some(m), true) => m.shared_width(),
+                        _ => self.dense_intermediate(),
+                    };
+                    if mlp > 0 {
+                        for (_, l) in self.mlp_linears(mlp) {
+                            v.push((l.out, l.inp, 1));
+                        }
+                    }
+                }
+            }
+            v
+        };
+        let (mut elems, mut bytes) = (0.0, 0.0);
+        for (k, n) in self
+            .kinds()
+            .into_iter()
+            .zip(self.kind_counts(0, self.layers))
+        {
+            for (rows, inp, copies) in matrices(k) {
+                let (r, i, c, n) = (rows as f64, inp as f64, copies as f64, n as f64);
+                elems += n * c * r * i;
+                bytes += n
+                    * c
+                    * match q {
+                        Quant::Mxfp4 => r * (i / 32.0).ceil() * (16.0 + 1.0),
+                        Quant::Fp8 { block } => {
+                            let b = block as f64;
+                            r * i + (r / b).ceil() * (i / b).ceil() * 4.0
+                        }
+                    };
+            }
+        }
+        Some((total - elems) * elem + bytes)
+    }
+
     /// Bytes of everything transformers' default cache holds after `n` tokens of a batch of
     /// `batch` sequences, the cached tensors in a dtype of `elem` bytes (tensor shapes, as
     /// the cache's layers report them).

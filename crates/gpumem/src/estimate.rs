@@ -182,6 +182,12 @@ pub fn estimate(s: &Scenario) -> Result<Estimate> {
             if a.mla.is_some() && !train {
                 notes.push("MLA: the KV cache holds the compressed latent and the RoPE key per token and layer, as transformers 5 caches it".into());
             }
+            if checkpoint_format(s, a) {
+                notes.push(match a.quant {
+                    Some(crate::arch::Quant::Mxfp4) => "weights as the checkpoint stores them: MXFP4 experts (4.25 bits per weight; transformers needs the `kernels` package and compute capability ≥ 7.5, else it dequantizes to bf16)".into(),
+                    _ => "weights as the checkpoint stores them: fp8 linears with fp32 block scales (compute capability ≥ 8.9)".into(),
+                });
+            }
             if a.moe.is_some() {
                 notes.push("MoE: tokens are assumed evenly routed; experts run as transformers 5's grouped_mm (all routed rows gathered at once)".into());
             }
@@ -234,7 +240,10 @@ pub fn estimate(s: &Scenario) -> Result<Estimate> {
         }
     }
     if !train {
-        parts.push(("kv_cache", (peak - weights - at_peak.total()).max(0.0)));
+        // The cache at the peak: what the layers so far keep (prefill), or all of it at a
+        // decode step (the rest of the peak).
+        let kv = at_peak.get(Cat::KvCache) + (peak - weights - at_peak.total()).max(0.0);
+        parts.push(("kv_cache", kv));
     }
     let components = bounded_components(&parts)?;
     let peak_bytes: u64 = components.values().sum();
@@ -1238,6 +1247,11 @@ impl ModelStates {
                     Some(a) if !p.weights.is_float_compute() => {
                         quantized_weights(a, p.weights, p.compute())
                     }
+                    // Inference loads a quantized checkpoint as it is stored (fp8 needs
+                    // compute capability 8.9: an A100 gets it dequantized).
+                    Some(a) if checkpoint_format(s, a) => a
+                        .checkpoint_weight_bytes(p.weights.bytes())
+                        .unwrap_or(nf * p.weights.bytes()),
                     _ => nf * p.weights.bytes(),
                 };
                 ModelStates {
@@ -1276,6 +1290,21 @@ impl ModelStates {
             }
         }
     }
+}
+
+/// Whether inference keeps the weights in the checkpoint's own quantized format (MXFP4 or
+/// fp8, `quantization_config`): the precision asks for 16-bit weights and the GPU runs the
+/// format (transformers dequantizes fp8 to bf16 below compute capability 8.9, e.g. on A100).
+pub(crate) fn checkpoint_format(s: &Scenario, a: &Architecture) -> bool {
+    let w = s.precision.weights;
+    let on_a100 = s.gpu_name.starts_with("A100");
+    s.mode == Mode::Inference
+        && matches!(w, DType::Bf16 | DType::F16)
+        && match a.quant {
+            Some(crate::arch::Quant::Mxfp4) => true,
+            Some(crate::arch::Quant::Fp8 { .. }) => !on_a100,
+            None => false,
+        }
 }
 
 /// (count, rows, cols) of every parameter tensor, for optimizers whose state depends on
@@ -1441,13 +1470,18 @@ fn inference(
             st.embeds_hold,
             w(Phase::PrefillEmbedding),
         ));
+    let mut before = 0u64;
     for (i, n) in a.runs(0, a.layers) {
         let phase = if st.kinds[i].moe {
             Phase::PrefillMoe
         } else {
             Phase::Prefill
         };
-        seg = seg.then(st.layers[i].fwd.repeat(n).in_phase(phase));
+        // Number the layers of this run in the model's order.
+        let mut run = st.layers[i].fwd.repeat(n).in_phase(phase);
+        run.at.index += before as u32;
+        seg = seg.then(run);
+        before += n;
     }
     seg = seg.then(Seg {
         delta: Bytes::default(),
@@ -1502,9 +1536,6 @@ fn inference(
         at_peak = Bytes::of(Cat::Temporaries, per_layer + b * a.vocab as f64 * (c + 4.0));
         decode
     } else {
-        // Separate the cache from the activations at the prefill peak.
-        let kv_at = kv_prefill.min(at_peak.0[Cat::Activations as usize]);
-        at_peak.0[Cat::Activations as usize] -= kv_at;
         prefill_peak
     };
     tl.push(Point {

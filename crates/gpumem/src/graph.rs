@@ -176,6 +176,12 @@ impl<'c, 'a> Builder<'c, 'a> {
         }
     }
 
+    /// `t` is what the KV cache keeps of this layer (inference).
+    fn cache_kv(&mut self, t: Tid) {
+        self.tape.set_cat(t, Cat::KvCache);
+        self.kv.push(t);
+    }
+
     fn reg(&mut self, t: Tid, d: DType) -> Tid {
         if self.dt.len() <= t {
             self.dt.resize(t + 1, DType::F32);
@@ -1010,8 +1016,8 @@ impl<'c, 'a> Builder<'c, 'a> {
             (k, v, kv_heads)
         };
         if !ctx.train {
-            self.kv.push(k);
-            self.kv.push(v);
+            self.cache_kv(k);
+            self.cache_kv(v);
         }
         let mask = self.masked(kind) && ctx.attention == Attention::Sdpa;
         let copy_out = rope && style == RopeStyle::Cat;
@@ -1078,8 +1084,8 @@ impl<'c, 'a> Builder<'c, 'a> {
         let qr = self.rope(q, t * heads * m.qk_rope_head_dim as f64, style);
         let kr = self.rope(parts[1], t * m.qk_rope_head_dim as f64, style);
         if !ctx.train {
-            self.kv.push(kvn);
-            self.kv.push(kr);
+            self.cache_kv(kvn);
+            self.cache_kv(kr);
         }
         let query = self.op(&[q, qr], t * heads * dq as f64, ctx.c, &[]);
         let kvb = self.linear(kvn, lin[i + 1].1, lin[i + 1].0, t);
@@ -1208,8 +1214,8 @@ impl<'c, 'a> Builder<'c, 'a> {
             let b = ctx.batch;
             let cs = self.op(&[mixed], b * conv * x.conv_kernel as f64, c, &[]);
             let rs = self.op(&[states], b * nv * dk * dv, f32, &[]);
-            self.kv.push(cs);
-            self.kv.push(rs);
+            self.cache_kv(cs);
+            self.cache_kv(rs);
         }
         let o = self.cast(o32, t * vd, c);
         // Qwen3NextRMSNormGated: RMSNorm of the output times silu(z), in fp32.

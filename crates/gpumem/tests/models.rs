@@ -86,3 +86,46 @@ fn every_published_config_round_trips_through_the_arch_knob() {
         }
     }
 }
+
+/// Inference loads a quantized checkpoint as stored: gpt-oss's MXFP4 experts (the published
+/// safetensors of gpt-oss-20b total 13.76 GB, of gpt-oss-120b 65.3 GB), DeepSeek-V3's fp8
+/// linears with fp32 block scales. Training and A100 inference (no fp8) use 16-bit weights.
+#[test]
+fn quantized_checkpoints_weigh_what_they_store() {
+    let inference = |model: &str, gpu: &str| {
+        let s = gpumem::Scenario::from_value(&serde_json::json!({
+            "model": model, "mode": "inference", "seq": 1024, "gpu": gpu}))
+        .unwrap();
+        gpumem::estimate(&s).unwrap().weights_bytes as f64
+    };
+    let w20 = inference("gpt-oss-20b", "H100-80GB");
+    assert!((w20 - 13_761_264_768.0).abs() < 1.0, "{w20}");
+    let w120 = inference("gpt-oss-120b", "H100-80GB");
+    assert!((65.2e9..65.3e9).contains(&w120), "{w120}");
+    let ds = inference("deepseek-v3", "H100-80GB");
+    assert!((672e9..690e9).contains(&ds), "{ds}");
+    // fp8 needs compute capability 8.9: an A100 gets bf16.
+    let ds_a100 = inference("deepseek-v3", "A100-80GB");
+    assert_eq!(ds_a100, 671_026_404_352.0 * 2.0);
+}
+
+/// A config whose heads do not divide the tensor-parallel size is refused with the nearest
+/// sizes that do.
+#[test]
+fn tp_refusals_offer_the_nearest_sizes_that_divide_the_heads() {
+    let refuse = |model: &str, tp: u64| {
+        gpumem::Scenario::from_value(&serde_json::json!({
+            "model": model, "parallel": {"tp": tp, "dp": 1}}))
+        .unwrap_err()
+        .to_string()
+    };
+    let e = refuse("phi-4", 4);
+    assert!(
+        e.contains("key/value heads (10)") && e.contains("tp=2 and tp=5"),
+        "{e}"
+    );
+    let e = refuse("falcon-7b", 2);
+    assert!(e.contains("only tp=1"), "{e}");
+    let e = refuse("qwen3-next-80b-a3b", 4);
+    assert!(e.contains("(2)") && e.contains("tp=2"), "{e}");
+}
