@@ -247,7 +247,7 @@ pub struct Moe {
     pub first_dense_layers: u64,
     /// After them, which layers are MoE: cyclic over the layer index (empty: all).
     pub pattern: Vec<bool>,
-    /// Layers that stay dense whatever the pattern says (Qwen's `mlp_only_layers`).
+    /// Layers that stay dense whatever the pattern says (Qwen's `mlp_only_layers`), sorted.
     pub dense_layers: Vec<u64>,
     /// A per-expert bias used only for routing (DeepSeek-V3's `e_score_correction_bias`): a
     /// buffer, not a parameter.

@@ -462,14 +462,25 @@ fn index_list(o: &Obj<'_>, key: &str, layers: u64) -> Result<Option<Vec<u64>>> {
     Ok(Some(out))
 }
 
-/// The shortest prefix of `v` that repeats to make all of it.
+/// The shortest prefix of `v` that repeats to make all of it (its smallest period: the length
+/// less the longest proper prefix that is also a suffix, by the prefix function, in linear
+/// time whatever a pasted config holds).
 fn period<T: PartialEq + Copy>(v: &[T]) -> Vec<T> {
-    for p in 1..=v.len() {
-        if (p..v.len()).all(|i| v[i] == v[i % p]) {
-            return v[..p].to_vec();
-        }
+    if v.is_empty() {
+        return Vec::new();
     }
-    v.to_vec()
+    let mut border = vec![0usize; v.len()];
+    for i in 1..v.len() {
+        let mut k = border[i - 1];
+        while k > 0 && v[i] != v[k] {
+            k = border[k - 1];
+        }
+        if v[i] == v[k] {
+            k += 1;
+        }
+        border[i] = k;
+    }
+    v[..v.len() - border[v.len() - 1]].to_vec()
 }
 
 /// `layer_types`: a list of `full_attention` / `sliding_attention` / `chunked_attention` /
@@ -1553,6 +1564,19 @@ mod tests {
         ] {
             assert_eq!(gpt2(k, v).unwrap_err().field, format!("c.{k}"));
         }
+    }
+
+    #[test]
+    fn periods_are_the_shortest_repeating_prefix() {
+        assert_eq!(period(&[1, 1, 1, 2, 1, 1, 1, 2]), vec![1, 1, 1, 2]);
+        assert_eq!(period(&[1, 2, 1]), vec![1, 2]);
+        assert_eq!(period(&[1, 1, 2]), vec![1, 1, 2]);
+        assert_eq!(period(&[3]), vec![3]);
+        assert!(period::<u8>(&[]).is_empty());
+        // A prefix that repeats covers every layer: v[i] == p[i % p.len()].
+        let v = [0, 1, 0, 0, 1, 0, 0, 1];
+        let p = period(&v);
+        assert!((0..v.len()).all(|i| v[i] == p[i % p.len()]));
     }
 
     #[test]
