@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use crate::arch::Architecture;
+use crate::arch::{Architecture, AttnType};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::gpu::CUDA_CONTEXT_BYTES;
@@ -179,11 +179,17 @@ pub fn estimate(s: &Scenario) -> Result<Estimate> {
             )
         }
         Some(a) => {
-            if a.mla.is_some() {
-                notes.push("DeepSeek MLA: the KV cache is counted as transformers stores it (decompressed per-head keys and values), not as a latent cache".into());
+            if a.mla.is_some() && !train {
+                notes.push("MLA: the KV cache holds the compressed latent and the RoPE key per token and layer, as transformers 5 caches it".into());
+            }
+            if checkpoint_format(s, a) {
+                notes.push(match a.quant {
+                    Some(crate::arch::Quant::Mxfp4) => "weights as the checkpoint stores them: MXFP4 experts (4.25 bits per weight; transformers needs the `kernels` package and compute capability ≥ 7.5, else it dequantizes to bf16)".into(),
+                    _ => "weights as the checkpoint stores them: fp8 linears with fp32 block scales (compute capability ≥ 8.9)".into(),
+                });
             }
             if a.moe.is_some() {
-                notes.push("MoE: tokens are assumed evenly routed; experts run as transformers' eager loop".into());
+                notes.push("MoE: tokens are assumed evenly routed; experts run as transformers 5's grouped_mm (all routed rows gathered at once)".into());
             }
             if train {
                 let r = train_step(s, a, base, grads, grads_full, &mut timeline);
@@ -234,7 +240,10 @@ pub fn estimate(s: &Scenario) -> Result<Estimate> {
         }
     }
     if !train {
-        parts.push(("kv_cache", (peak - weights - at_peak.total()).max(0.0)));
+        // The cache at the peak: what the layers so far keep (prefill), or all of it at a
+        // decode step (the rest of the peak).
+        let kv = at_peak.get(Cat::KvCache) + (peak - weights - at_peak.total()).max(0.0);
+        parts.push(("kv_cache", kv));
     }
     let components = bounded_components(&parts)?;
     let peak_bytes: u64 = components.values().sum();
@@ -1358,6 +1367,11 @@ impl ModelStates {
                     Some(a) if !p.weights.is_float_compute() => {
                         quantized_weights(a, p.weights, p.compute())
                     }
+                    // Inference loads a quantized checkpoint as it is stored (fp8 needs
+                    // compute capability 8.9: an A100 gets it dequantized).
+                    Some(a) if checkpoint_format(s, a) => a
+                        .checkpoint_weight_bytes(p.weights.bytes())
+                        .unwrap_or(nf * p.weights.bytes()),
                     _ => nf * p.weights.bytes(),
                 };
                 ModelStates {
@@ -1396,6 +1410,21 @@ impl ModelStates {
             }
         }
     }
+}
+
+/// Whether inference keeps the weights in the checkpoint's own quantized format (MXFP4 or
+/// fp8, `quantization_config`): the precision asks for 16-bit weights and the GPU runs the
+/// format (transformers dequantizes fp8 to bf16 below compute capability 8.9, e.g. on A100).
+pub(crate) fn checkpoint_format(s: &Scenario, a: &Architecture) -> bool {
+    let w = s.precision.weights;
+    let on_a100 = s.gpu_name.starts_with("A100");
+    s.mode == Mode::Inference
+        && matches!(w, DType::Bf16 | DType::F16)
+        && match a.quant {
+            Some(crate::arch::Quant::Mxfp4) => true,
+            Some(crate::arch::Quant::Fp8 { .. }) => !on_a100,
+            None => false,
+        }
 }
 
 /// (count, rows, cols) of every parameter tensor, for optimizers whose state depends on
@@ -1561,13 +1590,18 @@ fn inference(
             st.embeds_hold,
             w(Phase::PrefillEmbedding),
         ));
+    let mut before = 0u64;
     for (i, n) in a.runs(0, a.layers) {
         let phase = if st.kinds[i].moe {
             Phase::PrefillMoe
         } else {
             Phase::Prefill
         };
-        seg = seg.then(st.layers[i].fwd.repeat(n).in_phase(phase));
+        // Number the layers of this run in the model's order.
+        let mut run = st.layers[i].fwd.repeat(n).in_phase(phase);
+        run.at.index += before as u32;
+        seg = seg.then(run);
+        before += n;
     }
     seg = seg.then(Seg {
         delta: Bytes::default(),
@@ -1575,38 +1609,58 @@ fn inference(
     });
     let r_peak = seg.peak;
     let r_phase = seg.at.words();
-    let kv_elem = a.kv_elems_per_token_layer() as f64 * ctx.c.bytes();
+    let b = s.batch as f64;
+    let c = ctx.c.bytes();
+    let per_token = a.cache_elems_per_token_layer() as f64 * c * b;
     let kv_len = (s.seq + s.new_tokens.max(1) - 1) as f64;
-    let kv_final = a.layers as f64 * s.batch as f64 * kv_len * kv_elem;
-    let kv_prefill = a.layers as f64 * ctx.t * kv_elem;
+    // What the cache reports at the end (transformers' tensor shapes: window − 1 tokens per
+    // sliding layer, MLA's latent, linear layers' fixed state).
+    let kv_final = a.kv_cache_bytes(b, kv_len, c);
+    // What it holds in memory: after the prefill every attention layer's storage has all
+    // `seq` tokens (a sliding layer keeps a view of the last window − 1 of them); once
+    // decoding, a sliding or chunked layer's storage is one window, re-made at each step.
+    let state = a.linear_state_bytes(b, c);
+    let window = |t: AttnType| match t {
+        AttnType::Sliding => a.sliding_window,
+        AttnType::Chunked => a.chunk,
+        _ => None,
+    };
+    let (mut kv_prefill, mut kv_decode) = (0.0, 0.0);
+    for l in 0..a.layers {
+        match a.attn_type(l) {
+            AttnType::Linear => {
+                kv_prefill += state;
+                kv_decode += state;
+            }
+            t => {
+                kv_prefill += ctx.t * per_token / b;
+                let n = window(t).map_or(kv_len, |w| kv_len.min(w as f64));
+                kv_decode += n * per_token;
+            }
+        }
+    }
     tl.push(Point {
         phase: "after prefill (KV cache filled)".into(),
         bytes: (weights + kv_prefill).round() as u64,
     });
     // Decode: the cache grows by concatenation (a layer's keys or values exist twice for a
     // moment), plus one token's activations and fp32 logits.
-    let per_layer = s.batch as f64 * kv_len * kv_elem / 2.0;
-    let decode = kv_final + per_layer + s.batch as f64 * (a.vocab as f64) * (ctx.c.bytes() + 4.0);
+    let per_layer = kv_len * per_token / 2.0;
+    let decode = kv_decode + per_layer + b * (a.vocab as f64) * (c + 4.0);
     let mut at_peak = r_peak;
     let mut phase = r_phase;
     // Prefill's bytes include the cache; report the cache separately.
     let prefill_peak = r_peak.total();
     let peak = if s.new_tokens > 0 && decode > prefill_peak {
         phase = "decode: last token".into();
-        at_peak = Bytes::of(
-            Cat::Temporaries,
-            per_layer + s.batch as f64 * a.vocab as f64 * (ctx.c.bytes() + 4.0),
-        );
+        at_peak = Bytes::of(Cat::Temporaries, per_layer + b * a.vocab as f64 * (c + 4.0));
         decode
     } else {
-        // Separate the cache from the activations at the prefill peak.
-        let kv_at = kv_prefill.min(at_peak.0[Cat::Activations as usize]);
-        at_peak.0[Cat::Activations as usize] -= kv_at;
         prefill_peak
     };
     tl.push(Point {
         phase: "end of generation".into(),
-        bytes: (weights + kv_final).round() as u64,
+        bytes: (weights + kv_decode).round() as u64,
     });
     (weights + peak, phase, kv_final, at_peak)
 }

@@ -440,21 +440,24 @@ impl Scenario {
             }
             return Ok(());
         };
-        if a.heads % p.tp != 0 {
-            return err(
-                "tp",
-                format!(
-                    "attention heads ({}) must be divisible by tp ({})",
-                    a.heads, p.tp
-                ),
-            );
+        // Tensor parallelism splits every kind of head: query, key/value (not MLA's, which
+        // are expanded per query head), and a linear-attention layer's key and value heads.
+        let mut heads = vec![("attention heads", a.heads)];
+        if a.mla.is_none() {
+            heads.push(("key/value heads", a.kv_heads));
         }
-        if a.mla.is_none() && a.kv_heads % p.tp != 0 {
+        if let Some(x) = &a.linear {
+            heads.push(("linear-attention key heads", x.key_heads));
+            heads.push(("linear-attention value heads", x.value_heads));
+        }
+        if let Some((what, n)) = heads.iter().find(|(_, n)| n % p.tp != 0) {
+            let g = heads.iter().fold(0, |g, (_, n)| gcd(g, *n));
             return err(
                 "tp",
                 format!(
-                    "key/value heads ({}) must be divisible by tp ({})",
-                    a.kv_heads, p.tp
+                    "{what} ({n}) must be divisible by tp ({}); {}",
+                    p.tp,
+                    nearest_tp(g, p.tp)
                 ),
             );
         }
@@ -544,6 +547,29 @@ impl Scenario {
     /// Tokens in one micro-batch.
     pub fn tokens(&self) -> u64 {
         self.batch * self.seq
+    }
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+/// The tensor-parallel sizes nearest to `tp` (below and above) that divide `g`, the heads'
+/// greatest common divisor, in words.
+fn nearest_tp(g: u64, tp: u64) -> String {
+    let divides = |d: &u64| g.is_multiple_of(*d);
+    let below = (1..tp).rev().find(divides);
+    let above = (tp + 1..=g).find(divides);
+    match (below, above) {
+        (Some(b), Some(u)) => format!("the nearest that divide them are tp={b} and tp={u}"),
+        (Some(1), None) => "only tp=1 divides them".to_string(),
+        (Some(b), None) => format!("the nearest that divides them is tp={b}"),
+        (None, Some(u)) => format!("the nearest that divides them is tp={u}"),
+        (None, None) => "only tp=1 divides them".to_string(),
     }
 }
 

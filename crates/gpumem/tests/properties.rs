@@ -220,14 +220,15 @@ fn components_add_up_and_verdict_is_consistent() {
     }
 }
 
-/// DeepSeek-V3 inference: HF's cache keeps per-head keys (128 nope + 64 rope) and values (128).
+/// DeepSeek-V3 inference: transformers 5's cache keeps the compressed latent (kv_lora_rank 512)
+/// and the shared RoPE key (64) per token and layer, not per-head keys and values.
 #[test]
 fn deepseek_v3_kv_cache_and_note() {
     let e = est(
         json!({"model": "deepseek-v3", "mode": "inference", "batch": 1, "seq": 1000, "new_tokens": 1,
                        "precision": {"weights": "fp8", "activations": "bf16"}, "gpu": "B200"}),
     );
-    assert_eq!(e.kv_cache_bytes, 61 * 128 * (192 + 128) * 2 * 1000);
+    assert_eq!(e.kv_cache_bytes, 61 * (512 + 64) * 2 * 1000);
     assert!(e.notes.iter().any(|n| n.contains("MLA")));
     assert_eq!(e.params, 671_026_404_352);
 }
