@@ -310,7 +310,7 @@ pub fn substitute(s: &Scenario, e: &Estimate, q: &str) -> Option<String> {
                 let t = a.attn_type(l);
                 let what = match t {
                     gpumem::arch::AttnType::Linear => "state".to_string(),
-                    _ => format!("{}", a.cached_tokens(t, n)),
+                    _ => count(a.cached_tokens(t, n) as u64),
                 };
                 match terms.iter_mut().find(|(_, w)| *w == what) {
                     Some((c, _)) => *c += 1,
@@ -324,7 +324,7 @@ pub fn substitute(s: &Scenario, e: &Estimate, q: &str) -> Option<String> {
                     tok => format!(
                         "{c} × {} × {tok} × {} × {} B",
                         s.batch,
-                        a.cache_elems_per_token_layer(),
+                        count(a.cache_elems_per_token_layer()),
                         short(p.compute().bytes())
                     ),
                 })
