@@ -1437,3 +1437,12 @@ fn copy_link_says_what_happened_and_shows_the_link_when_it_could_not_copy() {
     )
     .unwrap();
 }
+
+/// The budget the brief sets for the widgets' one bundle: 320 KB gzipped (as a static host
+/// serves it, `gzip -9`).
+#[test]
+fn the_wasm_bundle_stays_within_its_budget() {
+    let bytes = std::fs::read(site().dest.join("gpumem/gpumem_widgets_bg.wasm")).unwrap();
+    let gz = gpumem_site::gzip_len(&bytes);
+    assert!(gz <= 320_000, "wasm is {gz} bytes gzipped, over 320 KB");
+}
