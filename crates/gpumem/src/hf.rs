@@ -40,6 +40,18 @@ impl<'a> Obj<'a> {
         }
     }
 
+    /// Refuse a key that is not one of `known` (a misspelt `dpp` would otherwise be ignored
+    /// and the estimate made without it), naming it and what is read here.
+    pub fn only(&self, known: &[&str]) -> Result<()> {
+        match self.map.keys().find(|k| !known.contains(&k.as_str())) {
+            None => Ok(()),
+            Some(k) => Err(Error::new(
+                self.path(&crate::knobs::shown(k)),
+                format!("unknown key (known here: {})", known.join(", ")),
+            )),
+        }
+    }
+
     /// The value of `key`, treating JSON `null` as absent.
     pub fn get(&self, key: &str) -> Option<&'a Value> {
         self.map.get(key).filter(|v| !v.is_null())
