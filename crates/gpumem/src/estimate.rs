@@ -1440,8 +1440,11 @@ fn param_tensors(a: &Architecture) -> Vec<(u64, u64, u64)> {
     let pc = a.params();
     let moe_layers = (0..a.layers).filter(|&l| a.layer_kind(l).moe).count() as u64;
     let dense = a.layers - moe_layers;
+    let attn = (0..a.layers)
+        .filter(|&l| a.attn_type(l) != crate::arch::AttnType::Linear)
+        .count() as u64;
     for (_, l) in a.attention_linears() {
-        lin(a.layers, l);
+        lin(attn, l);
     }
     for (_, l) in a.mlp_linears(a.intermediate) {
         lin(dense, l);
@@ -1474,10 +1477,15 @@ fn param_tensors(a: &Architecture) -> Vec<(u64, u64, u64)> {
 fn lora_params(a: &Architecture, targets: &[String], r: u64) -> Vec<(u64, u64, u64)> {
     let mut v = Vec::new();
     let dense = (0..a.layers).filter(|&l| !a.layer_kind(l).moe).count() as u64;
+    // Linear-attention layers (gated DeltaNet) have no q/k/v/o projections for the targets
+    // to name: peft puts adapters only on the softmax-attention layers.
+    let attn = (0..a.layers)
+        .filter(|&l| a.attn_type(l) != crate::arch::AttnType::Linear)
+        .count() as u64;
     let mut mods = a
         .attention_linears()
         .into_iter()
-        .map(|(n, l)| (n, l, a.layers))
+        .map(|(n, l)| (n, l, attn))
         .collect::<Vec<_>>();
     mods.extend(
         a.mlp_linears(a.intermediate)

@@ -95,7 +95,10 @@ impl Stretches {
         let logits_bytes = hb.tape.bytes(logits);
         let head = run(&hb, tape::Mode::Normal.or_nograd(mode));
         let mut lb = Builder::new(ctx);
+        // The loss stretch's input is what the head made: logits, or (fused loss) the
+        // final norm's output. Megatron's head always makes logits.
         let cat = match ctx.loss {
+            _ if ctx.megatron => Cat::Logits,
             crate::scenario::Loss::Standard => Cat::Logits,
             crate::scenario::Loss::Fused => Cat::Activations,
         };

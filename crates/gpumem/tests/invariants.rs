@@ -285,3 +285,25 @@ fn fixed_layout_choices_are_honoured() {
         "parallel.gpus"
     );
 }
+
+/// Known and not yet fixed (found by the 100,000-case run): under Megatron-LM with a
+/// pipeline, the first stage's breakdown can show activations below zero at its peak (a
+/// tensor allocated in one category and freed in another: here 230,400 bytes, one
+/// sequence-parallel hidden state and 1 KiB), so the listed stage's figure (its components,
+/// negatives dropped) exceeds the estimate's peak by that much. The totals the peak is
+/// chosen by are right; the attribution is not. Run with `--ignored` to see it.
+#[test]
+#[ignore = "Megatron first-stage category attribution: see the comment"]
+fn megatron_first_stage_components_are_never_negative() {
+    let s = Scenario::from_value(&json!({
+        "batch": 1, "model": "qwen2.5-0.5b", "precision": "amp-bf16", "seq": 256,
+        "recompute": "none",
+        "parallel": {"framework": "megatron", "dp": 1, "tp": 2, "pp": 8, "sp": true,
+                     "grad_accum": 1, "zero": 0}
+    }))
+    .unwrap();
+    let e = gpumem::estimate(&s).unwrap();
+    for st in &e.stages {
+        assert!(st.peak_bytes <= e.peak_bytes, "stage {}", st.stage);
+    }
+}
