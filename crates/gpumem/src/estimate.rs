@@ -930,7 +930,15 @@ fn rank_step(
     let m = par.grad_accum;
     let h = a.hidden as f64;
     // Pipeline stages: the tensor a chunk receives and sends.
-    let act = ctx.tsp * h * if ctx.autocast { 4.0 } else { ctx.c.bytes() };
+    // (Megatron holds its parameters and its residual stream in the compute dtype, autocast
+    // or not.)
+    let act = ctx.tsp
+        * h
+        * if ctx.autocast && !ctx.megatron {
+            4.0
+        } else {
+            ctx.c.bytes()
+        };
     if pp > 1 && !megatron {
         // torch.distributed.pipelining: one receive buffer per micro-batch for each chunk's
         // input (not the first virtual stage) and one for its output's gradient (not the
