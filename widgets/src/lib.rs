@@ -23,6 +23,8 @@ pub mod parallelism;
 pub mod parts;
 pub mod precision;
 pub mod quantity;
+/// Drawn when the book is built, not hydrated (it would cost the wasm a second replay's code).
+#[cfg(not(target_arch = "wasm32"))]
 pub mod segments;
 pub mod store;
 pub mod sweep;
@@ -68,7 +70,8 @@ impl Knobs {
         gpumem::knobs::scenario(self.0.iter().map(|(k, v)| (k.as_str(), v.as_str())))
     }
 
-    /// The engine's estimate for these knobs. The last few are remembered: a page's widgets
+    /// The engine's estimate for these knobs, the caching allocator not replayed. The last
+    /// few are remembered: a page's widgets
     /// (a bar, a timeline, a breakdown, formulas and values, each its own app) ask for the same
     /// scenario, and a sweep asks again for its points when it is redrawn.
     pub fn estimate(&self) -> gpumem::Result<gpumem::Estimate> {
@@ -84,7 +87,14 @@ impl Knobs {
         }) {
             return hit;
         }
-        let e = self.scenario().and_then(|s| gpumem::estimate(&s));
+        // The caching allocator is not replayed here, in the book's build as in the browser
+        // (whose wasm does not carry the replay): a widget shows the same figures before and
+        // after hydration. The book's replayed figures are drawn at build time instead
+        // (`segments`, and the `value`s of reserved memory).
+        let e = self.scenario().and_then(|mut s| {
+            s.allocator.replay = false;
+            gpumem::estimate(&s)
+        });
         RECENT.with(|r| {
             let mut r = r.borrow_mut();
             if r.len() >= ESTIMATES_REMEMBERED {
@@ -268,7 +278,6 @@ pub fn start() {
             "zero" => hydrate::<zero::Zero>(el, init),
             "precision" => hydrate::<precision::PrecisionPanel>(el, init),
             "parallelism" => hydrate::<parallelism::Parallelism>(el, init),
-            "segments" => hydrate::<segments::Segments>(el, init),
             _ => continue,
         }
     }

@@ -1,12 +1,14 @@
 //! The caching allocator's segments at the step's peak: every segment PyTorch holds, in
 //! address order, laid end to end and folded into rows; allocated blocks filled, cached free
 //! ones pale. Beside it, what `expandable_segments:True` would reserve for the same run.
+//! Drawn when the book is built, for the page's scenario (the preprocessor inserts it
+//! without a host element: the browser keeps it as drawn).
 
 use gpumem::alloc::Segment;
 use yew::prelude::*;
 
 use crate::allocator::{use_knobs, use_live_marker};
-use crate::chart::{n, refused, settings, use_width, Toolbar};
+use crate::chart::{n, refused, use_width};
 use crate::format::{count, gib, tokens};
 use crate::Init;
 
@@ -56,7 +58,9 @@ pub fn Segments(init: &Init) -> Html {
     let (svg_ref, w) = use_width();
     let uid = &init.uid;
     let (title_id, summary_id) = (format!("{uid}-title"), format!("{uid}-summary"));
-    let e = match k.estimate() {
+    // Natively, with the allocator replayed (`Knobs::estimate` does not replay it).
+    let replayed = |k: &crate::Knobs| k.scenario().and_then(|s| gpumem::estimate(&s));
+    let e = match replayed(&k) {
         Ok(e) => e,
         Err(err) => return refused("segments", root, err),
     };
@@ -81,7 +85,7 @@ pub fn Segments(init: &Init) -> Html {
             "expandable"
         },
     );
-    let alt = other.estimate().ok();
+    let alt = replayed(&other).ok();
     let rects = layout(&segs, w);
     let h = ROWS * (ROW_H + GAP) - GAP;
     let large = segs.iter().filter(|s| !s.small).count();
@@ -134,8 +138,8 @@ pub fn Segments(init: &Init) -> Html {
             if let Some(c) = compare {
                 <p class="gm-note">{ c }</p>
             }
-            <p class="gm-sr" id={summary_id} aria-live="polite">{ summary }</p>
-            <Toolbar name={format!("gpumem-segments-{uid}")} settings={settings(&k)} />
+            <p class="gm-note">{ "Drawn for this page's scenario as the book was built." }</p>
+            <p class="gm-sr" id={summary_id}>{ summary }</p>
         </figure>
     }
 }

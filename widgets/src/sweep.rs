@@ -36,14 +36,7 @@ pub fn column_of(k: &Knobs, knob: &str, v: u64) -> Option<Column> {
 }
 
 fn column(k: &Knobs, knob: &str, v: u64) -> Option<Column> {
-    // The caching allocator is replayed for the page's own scenario, not for every point of
-    // a sweep (a replay per point would cost a frame): a sweep's totals are the allocated
-    // peaks and the CUDA context.
-    let e = k
-        .with(knob, v.to_string())
-        .with("allocator", "none")
-        .estimate()
-        .ok()?;
+    let e = k.with(knob, v.to_string()).estimate().ok()?;
     let b = parts::of_estimate(&e)
         .into_iter()
         .map(|s| (s.key(), s.bytes))
@@ -421,7 +414,6 @@ pub fn Sweep(init: &Init) -> Html {
                 <p class="gm-note">{ note }</p>
             }
             { key_legend(&keys) }
-            <p class="gm-note">{ "Allocated memory and the CUDA context: the caching allocator's cache, which the page's own scenario counts, is left out here." }</p>
             <p class={classes!("gm-verdict", if first.is_some() { "gm-over" } else { "gm-ok" })} data-value="verdict">{ verdict }</p>
             <div class="gm-controls gm-controls-inline">
                 <RadioGroup id={format!("{uid}-scale")} label="Axis"

@@ -332,6 +332,16 @@ impl Allocator {
         }
     }
 
+    /// Blocks in address order.
+    fn by_address(&self, ids: Vec<u32>) -> Vec<u32> {
+        crate::order::sorted_indices(ids.len(), &|i, j| {
+            self.b(ids[i]).addr.cmp(&self.b(ids[j]).addr)
+        })
+        .into_iter()
+        .map(|i| ids[i])
+        .collect()
+    }
+
     fn kill(&mut self, i: u32) {
         self.blocks[i as usize].live = false;
         self.spare.push(i);
@@ -530,13 +540,13 @@ impl Allocator {
             }
             bytes >= size
         };
-        let mut unmapped: Vec<u32> = (0..self.blocks.len() as u32)
+        let unmapped: Vec<u32> = (0..self.blocks.len() as u32)
             .filter(|&i| {
                 let b = self.b(i);
                 b.live && !b.mapped && b.small == small
             })
             .collect();
-        crate::order::sort_by(&mut unmapped, |&x, &y| self.b(x).addr.cmp(&self.b(y).addr));
+        let unmapped = self.by_address(unmapped);
         let mut cand = NIL;
         for u in unmapped {
             let prev = self.b(u).prev;
@@ -806,10 +816,10 @@ impl Allocator {
     /// Every segment with its blocks, in address order (`torch.cuda.memory_snapshot()`);
     /// an expandable segment shows its mapped part.
     pub fn segments(&self) -> Vec<Segment> {
-        let mut heads: Vec<u32> = (0..self.blocks.len() as u32)
+        let heads: Vec<u32> = (0..self.blocks.len() as u32)
             .filter(|&i| self.b(i).live && self.b(i).prev == NIL)
             .collect();
-        crate::order::sort_by(&mut heads, |&x, &y| self.b(x).addr.cmp(&self.b(y).addr));
+        let heads = self.by_address(heads);
         heads
             .into_iter()
             .filter_map(|h| {

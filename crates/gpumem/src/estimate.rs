@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use crate::arch::Architecture;
+use crate::arch::{Architecture, AttnType};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::gpu::CUDA_CONTEXT_BYTES;
@@ -196,11 +196,17 @@ pub fn estimate(s: &Scenario) -> Result<Estimate> {
             )
         }
         Some(a) => {
-            if a.mla.is_some() {
-                notes.push("DeepSeek MLA: the KV cache is counted as transformers stores it (decompressed per-head keys and values), not as a latent cache".into());
+            if a.mla.is_some() && !train {
+                notes.push("MLA: the KV cache holds the compressed latent and the RoPE key per token and layer, as transformers 5 caches it".into());
+            }
+            if checkpoint_format(s, a) {
+                notes.push(match a.quant {
+                    Some(crate::arch::Quant::Mxfp4) => "weights as the checkpoint stores them: MXFP4 experts (4.25 bits per weight; transformers needs the `kernels` package and compute capability ≥ 7.5, else it dequantizes to bf16)".into(),
+                    _ => "weights as the checkpoint stores them: fp8 linears with fp32 block scales (compute capability ≥ 8.9)".into(),
+                });
             }
             if a.moe.is_some() {
-                notes.push("MoE: tokens are assumed evenly routed; experts run as transformers' eager loop".into());
+                notes.push("MoE: tokens are assumed evenly routed; experts run as transformers 5's grouped_mm (all routed rows gathered at once)".into());
             }
             if train {
                 let r = train_step(s, a, base, grads, grads_full, &mut timeline);
@@ -252,11 +258,20 @@ pub fn estimate(s: &Scenario) -> Result<Estimate> {
         }
     }
     if !train {
-        parts.push(("kv_cache", (peak - weights - at_peak.total()).max(0.0)));
+        // The cache at the peak: what the layers so far keep (prefill), or all of it at a
+        // decode step (the rest of the peak).
+        let kv = at_peak.get(Cat::KvCache) + (peak - weights - at_peak.total()).max(0.0);
+        parts.push(("kv_cache", kv));
     }
     let components = bounded_components(&parts)?;
     let peak_bytes: u64 = components.values().sum();
-    let r = Reserved::new(s, peak_bytes, replayed, &mut notes);
+    // A paged optimizer's managed states, sharded as its other states are.
+    let managed = if states.optimizer > 0.0 {
+        states.managed * dp.optim / states.optimizer
+    } else {
+        states.managed
+    };
+    let r = Reserved::new(s, peak_bytes, replayed, managed, &mut notes);
     let headroom = headroom(s.capacity_bytes, r.device);
     cap_timeline(&mut timeline, peak_bytes);
     let p = match arch {
@@ -334,11 +349,18 @@ impl Reserved {
         s: &Scenario,
         peak_bytes: u64,
         o: Option<crate::alloc::stream::Outcome>,
+        managed: f64,
         notes: &mut Vec<String>,
     ) -> Reserved {
-        let managed = 0;
+        let managed = managed.round() as u64;
+        if managed > 0 {
+            notes.push(format!(
+                "paged 8-bit optimizer: {} of its states in CUDA managed memory, outside PyTorch's allocator (not in the peak or the reserved memory; nvidia-smi counts them while they are resident, and the driver pages them to the host when the device runs short)",
+                crate::num::bytes_words(managed as f64)
+            ));
+        }
         match o {
-            Some(o) => {
+            Some(o) if cfg!(not(target_arch = "wasm32")) => {
                 // The replay's reserved high, never below what the tensors need; when the
                 // device runs out, what it held and the segment it could not get.
                 let held = match o.oom {
@@ -382,11 +404,11 @@ impl Reserved {
                     device: peak + CUDA_CONTEXT_BYTES + managed,
                 }
             }
-            None => {
+            _ => {
                 notes.push(if s.allocator.replay {
                     "reserved memory: PyTorch's caching allocator is replayed for full training on one GPU; for this scenario the reserved and nvidia-smi figures count the allocated peak, without the allocator's fragmentation".into()
                 } else {
-                    "reserved memory: the caching allocator is not replayed (allocator \"none\"): the reserved and nvidia-smi figures count the allocated peak".into()
+                    "reserved memory: the caching allocator is not replayed here; the reserved and nvidia-smi figures count the allocated peak".into()
                 });
                 Reserved {
                     peak: peak_bytes,
@@ -674,7 +696,7 @@ fn pytorch_dp(s: &Scenario, name: &str, model: &Architecture) -> Result<Estimate
     let prog = &st.prog;
     let components = bounded_components(&parts_of(st))?;
     let peak_bytes: u64 = components.values().sum();
-    let r = Reserved::new(s, peak_bytes, None, &mut notes);
+    let r = Reserved::new(s, peak_bytes, None, 0.0, &mut notes);
     let mut timeline: Vec<Point> = prog
         .points
         .iter()
@@ -1046,7 +1068,15 @@ fn rank_step(
     let m = par.grad_accum;
     let h = a.hidden as f64;
     // Pipeline stages: the tensor a chunk receives and sends.
-    let act = ctx.tsp * h * if ctx.autocast { 4.0 } else { ctx.c.bytes() };
+    // (Megatron holds its parameters and its residual stream in the compute dtype, autocast
+    // or not.)
+    let act = ctx.tsp
+        * h
+        * if ctx.autocast && !ctx.megatron {
+            4.0
+        } else {
+            ctx.c.bytes()
+        };
     if pp > 1 && !megatron {
         // torch.distributed.pipelining: one receive buffer per micro-batch for each chunk's
         // input (not the first virtual stage) and one for its output's gradient (not the
@@ -1148,7 +1178,7 @@ fn rank_step(
     }
     let opt_temp = match s.optimizer {
         Optimizer::Adafactor => largest_param(a) as f64 * p.optimizer.bytes() * 2.0,
-        Optimizer::Adam8bit => largest_param(a) as f64 * 4.0 * 2.0,
+        Optimizer::Adam8bit | Optimizer::PagedAdam8bit => largest_param(a) as f64 * 4.0 * 2.0,
         _ => 0.0,
     } + if fsdp { 0.0 } else { emb_rows };
     if pp > 1 {
@@ -1451,7 +1481,10 @@ pub(crate) struct ModelStates {
     pub weights: f64,
     pub master: f64,
     pub grads: f64,
+    /// The optimizer's states in PyTorch's allocator, and those in CUDA managed memory
+    /// (a paged 8-bit optimizer's).
     pub optimizer: f64,
+    pub managed: f64,
     pub trainable_params: u64,
 }
 
@@ -1479,10 +1512,19 @@ impl ModelStates {
                     .iter()
                     .map(|&(k, r, c)| k as f64 * opt.state_bytes(r, c, state_dtype))
                     .sum();
+                let managed: f64 = tensors
+                    .iter()
+                    .map(|&(k, r, c)| k as f64 * opt.managed_bytes(r, c))
+                    .sum();
                 let weights = match arch {
                     Some(a) if !p.weights.is_float_compute() => {
                         quantized_weights(a, p.weights, p.compute())
                     }
+                    // Inference loads a quantized checkpoint as it is stored (fp8 needs
+                    // compute capability 8.9: an A100 gets it dequantized).
+                    Some(a) if checkpoint_format(s, a) => a
+                        .checkpoint_weight_bytes(p.weights.bytes())
+                        .unwrap_or(nf * p.weights.bytes()),
                     _ => nf * p.weights.bytes(),
                 };
                 ModelStates {
@@ -1494,6 +1536,7 @@ impl ModelStates {
                     },
                     grads: if train { nf * p.grads.bytes() } else { 0.0 },
                     optimizer: if train { optimizer } else { 0.0 },
+                    managed: if train { managed } else { 0.0 },
                     trainable_params: if train { n } else { 0 },
                 }
             }
@@ -1511,16 +1554,36 @@ impl ModelStates {
                     .iter()
                     .map(|&(k, r, c)| k as f64 * opt.state_bytes(r, c, DType::F32))
                     .sum();
+                let managed: f64 = adapters
+                    .iter()
+                    .map(|&(k, r, c)| k as f64 * opt.managed_bytes(r, c))
+                    .sum();
                 ModelStates {
                     weights: base + af * 4.0,
                     master: 0.0,
                     grads: if train { af * 4.0 } else { 0.0 },
                     optimizer: if train { optimizer } else { 0.0 },
+                    managed: if train { managed } else { 0.0 },
                     trainable_params: if train { af as u64 } else { 0 },
                 }
             }
         }
     }
+}
+
+/// Whether inference keeps the weights in the checkpoint's own quantized format (MXFP4 or
+/// fp8, `quantization_config`): the precision asks for 16-bit weights and the GPU runs the
+/// format (transformers dequantizes fp8 to bf16 below compute capability 8.9, e.g. on A100).
+pub(crate) fn checkpoint_format(s: &Scenario, a: &Architecture) -> bool {
+    let w = s.precision.weights;
+    let on_a100 = s.gpu_name.starts_with("A100");
+    s.mode == Mode::Inference
+        && matches!(w, DType::Bf16 | DType::F16)
+        && match a.quant {
+            Some(crate::arch::Quant::Mxfp4) => true,
+            Some(crate::arch::Quant::Fp8 { .. }) => !on_a100,
+            None => false,
+        }
 }
 
 /// (count, rows, cols) of every parameter tensor, for optimizers whose state depends on
@@ -1536,8 +1599,11 @@ fn param_tensors(a: &Architecture) -> Vec<(u64, u64, u64)> {
     let pc = a.params();
     let moe_layers = (0..a.layers).filter(|&l| a.layer_kind(l).moe).count() as u64;
     let dense = a.layers - moe_layers;
+    let attn = (0..a.layers)
+        .filter(|&l| a.attn_type(l) != crate::arch::AttnType::Linear)
+        .count() as u64;
     for (_, l) in a.attention_linears() {
-        lin(a.layers, l);
+        lin(attn, l);
     }
     for (_, l) in a.mlp_linears(a.intermediate) {
         lin(dense, l);
@@ -1570,10 +1636,15 @@ fn param_tensors(a: &Architecture) -> Vec<(u64, u64, u64)> {
 fn lora_params(a: &Architecture, targets: &[String], r: u64) -> Vec<(u64, u64, u64)> {
     let mut v = Vec::new();
     let dense = (0..a.layers).filter(|&l| !a.layer_kind(l).moe).count() as u64;
+    // Linear-attention layers (gated DeltaNet) have no q/k/v/o projections for the targets
+    // to name: peft puts adapters only on the softmax-attention layers.
+    let attn = (0..a.layers)
+        .filter(|&l| a.attn_type(l) != crate::arch::AttnType::Linear)
+        .count() as u64;
     let mut mods = a
         .attention_linears()
         .into_iter()
-        .map(|(n, l)| (n, l, a.layers))
+        .map(|(n, l)| (n, l, attn))
         .collect::<Vec<_>>();
     mods.extend(
         a.mlp_linears(a.intermediate)
@@ -1618,7 +1689,8 @@ fn train_step(
     } else {
         tape::Mode::Normal
     };
-    let replay = crate::alloc::stream::covers(s);
+    // The widgets' wasm does not carry the replay (its size budget).
+    let replay = cfg!(not(target_arch = "wasm32")) && crate::alloc::stream::covers(s);
     let mut st = if replay {
         Stretches::traced(&ctx, mode, tape::Grads::New)
     } else {
@@ -1640,7 +1712,7 @@ fn train_step(
     // Optimizer step: non-fused temporaries.
     let opt_temp = match s.optimizer {
         Optimizer::Adafactor => largest_param(a) as f64 * s.precision.optimizer.bytes() * 2.0,
-        Optimizer::Adam8bit => largest_param(a) as f64 * 4.0 * 2.0,
+        Optimizer::Adam8bit | Optimizer::PagedAdam8bit => largest_param(a) as f64 * 4.0 * 2.0,
         _ => 0.0,
     };
     let p = step::single(&st, opt_temp);
@@ -1701,13 +1773,18 @@ fn inference(
             st.embeds_hold,
             w(Phase::PrefillEmbedding),
         ));
+    let mut before = 0u64;
     for (i, n) in a.runs(0, a.layers) {
         let phase = if st.kinds[i].moe {
             Phase::PrefillMoe
         } else {
             Phase::Prefill
         };
-        seg = seg.then(st.layers[i].fwd.repeat(n).in_phase(phase));
+        // Number the layers of this run in the model's order.
+        let mut run = st.layers[i].fwd.repeat(n).in_phase(phase);
+        run.at.index += before as u32;
+        seg = seg.then(run);
+        before += n;
     }
     seg = seg.then(Seg {
         delta: Bytes::default(),
@@ -1715,38 +1792,58 @@ fn inference(
     });
     let r_peak = seg.peak;
     let r_phase = seg.at.words();
-    let kv_elem = a.kv_elems_per_token_layer() as f64 * ctx.c.bytes();
+    let b = s.batch as f64;
+    let c = ctx.c.bytes();
+    let per_token = a.cache_elems_per_token_layer() as f64 * c * b;
     let kv_len = (s.seq + s.new_tokens.max(1) - 1) as f64;
-    let kv_final = a.layers as f64 * s.batch as f64 * kv_len * kv_elem;
-    let kv_prefill = a.layers as f64 * ctx.t * kv_elem;
+    // What the cache reports at the end (transformers' tensor shapes: window − 1 tokens per
+    // sliding layer, MLA's latent, linear layers' fixed state).
+    let kv_final = a.kv_cache_bytes(b, kv_len, c);
+    // What it holds in memory: after the prefill every attention layer's storage has all
+    // `seq` tokens (a sliding layer keeps a view of the last window − 1 of them); once
+    // decoding, a sliding or chunked layer's storage is one window, re-made at each step.
+    let state = a.linear_state_bytes(b, c);
+    let window = |t: AttnType| match t {
+        AttnType::Sliding => a.sliding_window,
+        AttnType::Chunked => a.chunk,
+        _ => None,
+    };
+    let (mut kv_prefill, mut kv_decode) = (0.0, 0.0);
+    for l in 0..a.layers {
+        match a.attn_type(l) {
+            AttnType::Linear => {
+                kv_prefill += state;
+                kv_decode += state;
+            }
+            t => {
+                kv_prefill += ctx.t * per_token / b;
+                let n = window(t).map_or(kv_len, |w| kv_len.min(w as f64));
+                kv_decode += n * per_token;
+            }
+        }
+    }
     tl.push(Point {
         phase: "after prefill (KV cache filled)".into(),
         bytes: (weights + kv_prefill).round() as u64,
     });
     // Decode: the cache grows by concatenation (a layer's keys or values exist twice for a
     // moment), plus one token's activations and fp32 logits.
-    let per_layer = s.batch as f64 * kv_len * kv_elem / 2.0;
-    let decode = kv_final + per_layer + s.batch as f64 * (a.vocab as f64) * (ctx.c.bytes() + 4.0);
+    let per_layer = kv_len * per_token / 2.0;
+    let decode = kv_decode + per_layer + b * (a.vocab as f64) * (c + 4.0);
     let mut at_peak = r_peak;
     let mut phase = r_phase;
     // Prefill's bytes include the cache; report the cache separately.
     let prefill_peak = r_peak.total();
     let peak = if s.new_tokens > 0 && decode > prefill_peak {
         phase = "decode: last token".into();
-        at_peak = Bytes::of(
-            Cat::Temporaries,
-            per_layer + s.batch as f64 * a.vocab as f64 * (ctx.c.bytes() + 4.0),
-        );
+        at_peak = Bytes::of(Cat::Temporaries, per_layer + b * a.vocab as f64 * (c + 4.0));
         decode
     } else {
-        // Separate the cache from the activations at the prefill peak.
-        let kv_at = kv_prefill.min(at_peak.0[Cat::Activations as usize]);
-        at_peak.0[Cat::Activations as usize] -= kv_at;
         prefill_peak
     };
     tl.push(Point {
         phase: "end of generation".into(),
-        bytes: (weights + kv_final).round() as u64,
+        bytes: (weights + kv_decode).round() as u64,
     });
     (weights + peak, phase, kv_final, at_peak)
 }

@@ -58,21 +58,23 @@ impl Stretches {
     /// Replay each stretch once. `grads` says what becomes of the parameter gradients the
     /// backward computes.
     pub(crate) fn new(ctx: &Ctx<'_>, mode: tape::Mode, grads: Grads) -> Stretches {
-        Self::build(ctx, mode, grads, false)
+        Self::build::<false>(ctx, mode, grads)
     }
 
     /// As [`Stretches::new`], keeping each stretch's events for the allocator model.
     pub(crate) fn traced(ctx: &Ctx<'_>, mode: tape::Mode, grads: Grads) -> Stretches {
-        Self::build(ctx, mode, grads, true)
+        Self::build::<true>(ctx, mode, grads)
     }
 
-    fn build(ctx: &Ctx<'_>, mode: tape::Mode, grads: Grads, trace: bool) -> Stretches {
+    /// `TRACE` is a constant so that a build that never traces (the widgets' wasm) carries
+    /// no tracing code.
+    fn build<const TRACE: bool>(ctx: &Ctx<'_>, mode: tape::Mode, grads: Grads) -> Stretches {
         use crate::alloc::stream::Script;
         let a = ctx.arch;
         let h = a.hidden as f64;
         let scripts = std::cell::RefCell::new(Vec::<Script>::new());
         let run = |b: &Builder<'_, '_>, m: tape::Mode| {
-            if trace {
+            if TRACE {
                 let mut ev = Vec::new();
                 let p = b.tape.replay(m, grads, Some(&mut ev));
                 scripts.borrow_mut().push(Script::new(&ev));
@@ -110,7 +112,7 @@ impl Stretches {
             // generate(): the last position's logits.
             hb.head(x);
             let head = run(&hb, tape::Mode::NoGrad);
-            let scripts = trace.then(|| {
+            let scripts = TRACE.then(|| {
                 let mut v = scripts.take();
                 let head = v.pop().expect("head traced");
                 let emb = v.remove(0);
@@ -139,14 +141,17 @@ impl Stretches {
         let logits_bytes = hb.tape.bytes(logits);
         let head = run(&hb, tape::Mode::Normal.or_nograd(mode));
         let mut lb = Builder::new(ctx);
+        // The loss stretch's input is what the head made: logits, or (fused loss) the
+        // final norm's output. Megatron's head always makes logits.
         let cat = match ctx.loss {
+            _ if ctx.megatron => Cat::Logits,
             crate::scenario::Loss::Standard => Cat::Logits,
             crate::scenario::Loss::Fused => Cat::Activations,
         };
         let l = lb.input_bytes(logits_bytes, logits_dtype, logits_rg, cat);
         lb.loss(l);
         let loss = run(&lb, tape::Mode::Normal.or_nograd(mode));
-        let scripts = trace.then(|| {
+        let scripts = TRACE.then(|| {
             let mut v = scripts.take();
             let loss = v.pop().expect("loss traced");
             let head = v.pop().expect("head traced");

@@ -208,3 +208,32 @@ fn allocator_settings() {
         assert!(e.field.starts_with("allocator"), "{bad}: {e}");
     }
 }
+
+/// bitsandbytes' paged 8-bit AdamW keeps the uint8 states of tensors of 100,000 elements
+/// and more in CUDA managed memory: outside the allocated peak and the reserved memory, in
+/// nvidia-smi's figure. The non-paged one keeps them in PyTorch's allocator.
+#[test]
+fn paged_optimizer_states_live_outside_the_allocator() {
+    let run = |opt: &str| {
+        let v = serde_json::json!({"model": "llama3.2-1b", "batch": 1, "seq": 2048, "precision": "bf16", "optimizer": opt});
+        estimate(&Scenario::from_value(&v).unwrap()).unwrap()
+    };
+    let (plain, paged) = (run("adamw-8bit"), run("paged-adamw-8bit"));
+    assert_eq!(plain.managed_bytes, 0);
+    assert!(paged.managed_bytes > 0);
+    // The paged states leave the peak and the optimizer's bytes, and only those.
+    assert_eq!(
+        plain.optimizer_states_bytes,
+        paged.optimizer_states_bytes + paged.managed_bytes
+    );
+    assert_eq!(plain.peak_bytes, paged.peak_bytes + paged.managed_bytes);
+    assert!(paged.peak_reserved_bytes < plain.peak_reserved_bytes);
+    assert_eq!(
+        paged.device_bytes,
+        paged.peak_reserved_bytes + paged.cuda_context_bytes + paged.managed_bytes
+    );
+    assert!(paged.notes.iter().any(|n| n.contains("managed memory")));
+    // Refused where the engine does not place them (sharded PyTorch-native layouts).
+    let v = serde_json::json!({"model": "llama3.2-1b", "optimizer": "paged-adamw-8bit", "parallel": {"dp": 8, "zero": 3}});
+    assert_eq!(Scenario::from_value(&v).unwrap_err().field, "optimizer");
+}

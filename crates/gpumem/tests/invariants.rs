@@ -94,7 +94,7 @@ fn check(e: &Estimate) -> Result<(), TestCaseError> {
     prop_assert!((e.peak_bytes as f64) <= MAX_BYTES);
     prop_assert_eq!(
         e.device_bytes,
-        e.peak_bytes + e.allocator_reserve_bytes + e.cuda_context_bytes
+        e.peak_bytes + e.allocator_reserve_bytes + e.cuda_context_bytes + e.managed_bytes
     );
     prop_assert_eq!(
         e.fits,
@@ -284,4 +284,22 @@ fn fixed_layout_choices_are_honoured() {
         plan::Request::from_value(&v).unwrap_err().field,
         "parallel.gpus"
     );
+}
+
+/// Found by the 100,000-case run: Megatron-LM's stages send and receive their hidden states
+/// in the compute dtype even under autocast (its parameters and residual stream are bf16);
+/// they were counted in fp32, so the first stage freed more than it had made.
+#[test]
+fn megatron_first_stage_components_are_never_negative() {
+    let s = Scenario::from_value(&json!({
+        "batch": 1, "model": "qwen2.5-0.5b", "precision": "amp-bf16", "seq": 256,
+        "recompute": "none",
+        "parallel": {"framework": "megatron", "dp": 1, "tp": 2, "pp": 8, "sp": true,
+                     "grad_accum": 1, "zero": 0}
+    }))
+    .unwrap();
+    let e = gpumem::estimate(&s).unwrap();
+    for st in &e.stages {
+        assert!(st.peak_bytes <= e.peak_bytes, "stage {}", st.stage);
+    }
 }

@@ -290,6 +290,17 @@ struct Runner {
 }
 
 impl Runner {
+    /// Whether events are written as text ([`events`]); never in the browser, where the
+    /// text's formatting would only weigh on the wasm.
+    #[cfg(not(target_arch = "wasm32"))]
+    fn logging(&self) -> bool {
+        self.log.is_some()
+    }
+    #[cfg(target_arch = "wasm32")]
+    fn logging(&self) -> bool {
+        false
+    }
+
     /// The end of a run in a process that goes on (measure.py's `del model, opt, ids` and
     /// `torch.cuda.empty_cache()`): only the workspaces stay.
     fn end_run(&mut self) {
@@ -336,6 +347,9 @@ impl Runner {
     }
 
     fn note(&mut self, what: &str) {
+        if !self.logging() {
+            return;
+        }
         if let Some((l, _, _)) = self.log.as_mut() {
             l.push(format!("# {what}"));
         }
@@ -361,7 +375,8 @@ impl Runner {
             self.live.resize(h as usize + 1, false);
         }
         self.live[h as usize] = true;
-        if let Some((l, ids, next)) = self.log.as_mut() {
+        if !self.logging() {
+        } else if let Some((l, ids, next)) = self.log.as_mut() {
             if ids.len() <= h as usize {
                 ids.resize(h as usize + 1, 0);
             }
@@ -391,7 +406,7 @@ impl Runner {
 
     /// An op's workspace.
     fn temp(&mut self, bytes: u64) -> Result<(), Oom> {
-        if self.log.is_some() || self.snap_at.is_some() {
+        if self.logging() || self.snap_at.is_some() {
             let h = self.malloc(bytes)?;
             self.free(h);
         } else {
@@ -407,7 +422,8 @@ impl Runner {
 
     fn free(&mut self, h: u32) {
         if h != NIL {
-            if let Some((l, ids, _)) = self.log.as_mut() {
+            if !self.logging() {
+            } else if let Some((l, ids, _)) = self.log.as_mut() {
                 l.push(format!("f {}", ids[h as usize]));
             }
             self.live[h as usize] = false;
@@ -439,6 +455,7 @@ impl Runner {
         }
         let mut tbl = vec![NIL; n];
         let mut grads: Vec<(usize, u32, u32)> = Vec::new();
+        let mut leftovers: Vec<u32> = Vec::new();
         let mut deferred: Vec<u32> = Vec::new();
         let mut states: Vec<u32> = Vec::new();
         let last_inst = insts.len().saturating_sub(1);
@@ -455,7 +472,9 @@ impl Runner {
                     self.free(h);
                 }
                 tbl.iter_mut().for_each(|x| *x = NIL);
-                self.note(&format!("step {step} forward"));
+                if self.logging() {
+                    self.note(&format!("step {step} forward"));
+                }
                 // Forward.
                 let mut prev = ids;
                 for (k, it) in insts.iter().enumerate() {
@@ -532,7 +551,9 @@ impl Runner {
                 }
                 kept.push(tbl[lt.base + lt.sc.output as usize]);
                 tbl[lt.base + lt.sc.output as usize] = NIL;
-                self.note(&format!("step {step} backward"));
+                if self.logging() {
+                    self.note(&format!("step {step} backward"));
+                }
                 // Backward: `loss.backward()` starts from a gradient of ones.
                 let mut incoming = NIL;
                 for (k, it) in insts.iter().enumerate().rev() {
@@ -586,13 +607,11 @@ impl Runner {
                     let end = it.base + sc.n as usize;
                     for (j, slot) in tbl.iter_mut().enumerate().take(end).skip(it.base) {
                         if *slot != NIL && Some(j) != input {
-                            let h = std::mem::replace(slot, NIL);
-                            if let Some((l, ids, _)) = self.log.as_mut() {
-                                l.push(format!("f {}", ids[h as usize]));
-                            }
-                            self.live[h as usize] = false;
-                            self.a.free(h);
+                            leftovers.push(std::mem::replace(slot, NIL));
                         }
+                    }
+                    for h in leftovers.drain(..) {
+                        self.free(h);
                     }
                     if k > 0 {
                         if let Some(i) = input {
@@ -603,7 +622,9 @@ impl Runner {
                 self.free(incoming);
                 let _ = mb;
             }
-            self.note(&format!("step {step} optimizer"));
+            if self.logging() {
+                self.note(&format!("step {step} optimizer"));
+            }
             // optimizer.step(): the first makes the states.
             if step == 0 {
                 for &(b, o) in &plan.states {
@@ -615,10 +636,13 @@ impl Runner {
             if plan.opt_temp > 0 {
                 self.temp(plan.opt_temp)?;
             }
-            self.note(&format!("step {step} zero_grad"));
+            if self.logging() {
+                self.note(&format!("step {step} zero_grad"));
+            }
             // zero_grad(set_to_none=True): parameter order.
-            crate::order::sort_by(&mut grads, |x, y| (x.0, x.1).cmp(&(y.0, y.1)));
-            for (_, _, h) in grads.drain(..) {
+            // The backward made them from the last stretch and op down: the reverse order is
+            // the parameters'.
+            for (_, _, h) in grads.drain(..).rev() {
                 self.free(h);
             }
             // del out.
@@ -675,11 +699,16 @@ fn states(s: &crate::Scenario, rows: u64, cols: u64, out: &mut Vec<u64>) {
         }
         // bitsandbytes `Optimizer2State.init_state`: two uint8 states and their fp32
         // absmax per block of 256 from `min_8bit_size` (4096) elements, two fp32 states
-        // below it.
-        Optimizer::Adam8bit => {
+        // below it; a paged optimizer's uint8 states of 100,000 elements and more are in
+        // CUDA managed memory, not here.
+        Optimizer::Adam8bit | Optimizer::PagedAdam8bit => {
+            let paged = s.optimizer.managed_bytes(rows, cols) > 0.0;
             if n >= 4096 {
                 let absmax = n.div_ceil(256) * 4;
-                out.extend([n, n, absmax, absmax]);
+                if !paged {
+                    out.extend([n, n]);
+                }
+                out.extend([absmax, absmax]);
             } else {
                 out.extend([n * 4, n * 4]);
             }
