@@ -635,15 +635,26 @@ pub(crate) fn prepare(s: &Scenario, model: &Architecture) -> Prepared {
 pub(crate) fn worst_stage(s: &Scenario, pr: &Prepared) -> (f64, f64) {
     let pp = s.parallel.pp;
     let mut worst = (0.0f64, 0.0f64);
-    let mut stages = vec![0, 1, pp.saturating_sub(1)];
-    stages.dedup();
-    // Above the capacity less the CUDA context, a layout cannot fit.
+    // The first stage (most micro-batches in flight), the last (the head and the loss),
+    // then the second.
+    let mut stages = [0, pp.saturating_sub(1), 1];
+    if pp == 2 {
+        stages[2] = 0;
+    }
+    // Above the capacity less the CUDA context, a layout cannot fit: the first stage found
+    // above it decides (the planner only asks whether it fits).
     let cap = (s.capacity_bytes - CUDA_CONTEXT_BYTES.min(s.capacity_bytes)) as f64;
-    for r in stages.into_iter().filter(|&r| r < pp) {
+    for (i, &r) in stages.iter().enumerate() {
+        if r >= pp || stages[..i].contains(&r) {
+            continue;
+        }
         let st = rank_step(s, pr, r, None, cap);
         let peak = st.base.plus(st.prog.seg.peak).total();
         if peak > worst.0 {
             worst = (peak, st.host);
+        }
+        if peak > cap {
+            break;
         }
     }
     worst

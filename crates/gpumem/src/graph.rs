@@ -1667,6 +1667,8 @@ impl<'c, 'a> Builder<'c, 'a> {
         let t = ctx.t;
         let h = a.hidden as f64;
         let ids = self.input(t, DType::F32, false);
+        // The token ids belong to the batch, which the caller holds through the step.
+        self.tape.keep(ids);
         let trainable = ctx.base_trainable();
         // Embedding weights keep the parameter dtype (embedding is not an autocast op).
         let ed = if ctx.autocast {

@@ -1230,9 +1230,11 @@ impl<'a> FsdpPart<'a> {
             // A stage without the head: the root's pre-backward prefetches the top layer.
             p.then(prefetch(top, Phase::BwdLayer));
         }
-        let order: Vec<&LayerRun<'_>> = self.runs.iter().rev().collect();
-        for (k, r) in order.iter().enumerate() {
-            let next_g = match order.get(k + 1) {
+        let runs = self.runs.len();
+        for k in 0..runs {
+            // The runs from the top down.
+            let r = &self.runs[runs - 1 - k];
+            let next_g = match (k + 1 < runs).then(|| &self.runs[runs - 2 - k]) {
                 Some(n) => n.unit.gathered,
                 // Layer 0 prefetches the embedding's unit (torchtitan's wrapping); under the
                 // root wrap the embedding is gathered already.

@@ -303,3 +303,26 @@ fn megatron_first_stage_components_are_never_negative() {
         assert!(st.peak_bytes <= e.peak_bytes, "stage {}", st.stage);
     }
 }
+
+/// Known and not yet fixed (found by the 100,000-case run): under Megatron-LM with a
+/// two-stage pipeline, Adafactor and thousands of micro-batches per step (3,143 here; 100 is
+/// fine), the last stage's temporaries are below zero at the optimizer step's peak
+/// (−1.19 GB for Llama 3.2 1B), so the listed stage exceeds the estimate's peak. The total
+/// stays right; the attribution does not. `cargo test -- --ignored` shows it. The same run
+/// found one more of this kind: Llama 2 7B, amp-bf16, eager attention, full recomputation,
+/// Megatron pp 2 with 256 micro-batches of 1,008,913 sequences.
+#[test]
+#[ignore = "Megatron + Adafactor + very long pipelines: temporaries attributed below zero"]
+fn megatron_long_pipelines_keep_their_temporaries_non_negative() {
+    let s = Scenario::from_value(&json!({
+        "batch": 1, "model": "llama3.2-1b", "precision": "mixed-bf16", "seq": 256,
+        "optimizer": "adafactor", "recompute": "none",
+        "parallel": {"framework": "megatron", "dp": 1, "tp": 1, "pp": 2,
+                     "grad_accum": 3143, "zero": 0}
+    }))
+    .unwrap();
+    let e = gpumem::estimate(&s).unwrap();
+    for st in &e.stages {
+        assert!(st.peak_bytes <= e.peak_bytes, "stage {}", st.stage);
+    }
+}
