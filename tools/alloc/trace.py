@@ -15,6 +15,14 @@ allocator would see, with tensor identity:
     f ID            it is freed
     # TEXT          a marker (phase)
 
+One thing the tracing itself would change is emulated: autograd sums two gradients of one
+tensor in place (`old.add_(new)`, `InputBuffer::accumulate` in
+torch/csrc/autograd/input_buffer.cpp) when it holds the only reference to a dense `old`, but never
+while a dispatch mode is active (`isTensorSubclassLike` is then true for every tensor), so under
+this script's modes every such sum would allocate a new tensor that a real run does not. During
+`backward()` an `add.Tensor` of two like tensors whose first one is dense and the only user of its
+storage is run as that in-place sum.
+
 What it cannot see, as the oracle cannot: memory a kernel allocates for itself (cuBLAS
 workspaces, the flash-attention backward's accumulators), and CPU autocast's op lists stand in
 for CUDA's under amp. It is a development aid for gpumem's allocator model (crates/gpumem/src/
@@ -51,6 +59,8 @@ class Trace(TorchDispatchMode):
         self.live = 0
         self.peak = 0
         self.verbose = False
+        # Inside `loss.backward()`: sums of gradients are autograd's (see the module's doc).
+        self.backward = False
 
     def mark(self, text):
         self.out.append(f"# {text}")
@@ -83,7 +93,20 @@ class Trace(TorchDispatchMode):
     def track(self, obj):
         tree_map_only(torch.Tensor, self._see, obj)
 
+    def _accumulates_in_place(self, func, args, kwargs):
+        if not self.backward or func is not torch.ops.aten.add.Tensor or kwargs:
+            return False
+        if len(args) != 2 or not all(isinstance(a, torch.Tensor) for a in args):
+            return False
+        old, new = args
+        # The only tensor on `old`'s storage: one reference from it, one from the Python
+        # storage object this mode made when it saw it (CUDA's test is `use_count() == 1`).
+        return (old.shape == new.shape and old.dtype == new.dtype and old.is_contiguous()
+                and torch._C._storage_Use_Count(old.untyped_storage()._cdata) <= 2)
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if self._accumulates_in_place(func, args, kwargs):
+            return torch.ops.aten.add_.Tensor(args[0], args[1])
         res = func(*args, **(kwargs or {}))
         op = func.__name__ if self.verbose else ""
         tree_map_only(torch.Tensor, lambda t: self._see(t, op), res)
@@ -197,7 +220,9 @@ def run(case, steps=3, verbose=False):
                 with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
                     o = model(input_ids=ids, labels=ids)
                 tr.mark(f"step {step} backward")
+                tr.backward = True
                 o.loss.backward()
+                tr.backward = False
                 tr.mark(f"step {step} optimizer")
                 opt.step()
                 tr.mark(f"step {step} zero_grad")

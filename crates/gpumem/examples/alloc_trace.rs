@@ -6,12 +6,17 @@
 //! cargo run --release -p gpumem --example alloc_trace -- DIR [OPTIONS]
 //!
 //! - `two`: cuBLAS's second workspace (autograd's thread) at the first step's backward; the
-//!   first is taken at the first step's forward (PyTorch's traces do not show either).
+//!   first is taken at the first step's forward (PyTorch's traces do not show either). In a
+//!   trace with op names (`trace.py --verbose`) each is taken where cuBLAS takes it, after
+//!   the output of the thread's first matmul (the forward's: the rotary embedding's `bmm` or
+//!   the first projection; the backward's: the LM head's).
 //! - `fresh`: each run in a new process (by default the runs follow each other as
 //!   measure.py ran them, the cache emptied between runs, the workspaces kept).
 //! - `case=N`: one run; `phases`: the reserved and allocated bytes at each phase; `dump`:
 //!   the segments of 100 MiB and more at each phase; `ws=BYTES`: the workspace's size
-//!   (`ws=0` for the engine's events, which take their workspaces themselves).
+//!   (`ws=0` for the engine's events, which take their workspaces themselves); `grew`: each
+//!   allocation that made the cache take memory from CUDA, with its phase; `left`: the
+//!   segments a run leaves to the next (the workspaces' and what shares theirs).
 use gpumem::alloc::{Allocator, Config};
 use std::collections::HashMap;
 
@@ -39,6 +44,8 @@ fn main() {
     let mut workspace = None;
     let mut workspace2 = None;
     let two = args.iter().any(|a| a == "two");
+    let grew = args.iter().any(|a| a == "grew");
+    let mut phase = String::new();
     let mut errs = Vec::new();
     for (i, m) in measured.iter().enumerate() {
         if let Some(only) = args.iter().find_map(|a| a.strip_prefix("case=")) {
@@ -56,11 +63,20 @@ fn main() {
             workspace2 = None;
         }
         let mut live: HashMap<u64, u32> = HashMap::new();
+        // Op names after the sizes: the workspaces go where cuBLAS takes them.
+        let named = text
+            .lines()
+            .any(|l| l.starts_with("a ") && l.contains(".default"));
+        let mut backward = false;
         for line in text.lines() {
             let mut f = line.split_whitespace();
             match f.next() {
                 Some("#") => {
                     let rest: Vec<&str> = f.collect();
+                    phase = rest.join(" ");
+                    if rest.len() >= 3 && rest[0] == "step" {
+                        backward = rest[2] == "backward";
+                    }
                     if args.iter().any(|a| a == "phases") {
                         let st = a.stats();
                         println!(
@@ -98,7 +114,7 @@ fn main() {
                         if rest[1] == "2" {
                             a.reset_peaks();
                         }
-                        if workspace.is_none() && ws > 0 {
+                        if workspace.is_none() && ws > 0 && !named {
                             workspace = Some(a.malloc(ws).unwrap());
                         }
                     }
@@ -107,6 +123,7 @@ fn main() {
                         && rest[0] == "step"
                         && rest[2] == "backward"
                         && workspace2.is_none()
+                        && !named
                     {
                         workspace2 = Some(a.malloc(ws).unwrap());
                     }
@@ -114,9 +131,33 @@ fn main() {
                 Some("a") => {
                     let id: u64 = f.next().unwrap().parse().unwrap();
                     let b: u64 = f.next().unwrap().parse().unwrap();
+                    let op = f.next().unwrap_or("");
+                    let matmul = [
+                        "mm.default",
+                        "bmm.default",
+                        "addmm.default",
+                        "baddbmm.default",
+                    ]
+                    .contains(&op);
+                    let before = a.reserved();
                     match a.malloc(b) {
                         Ok(h) => {
                             live.insert(id, h);
+                            if named && matmul && ws > 0 {
+                                if workspace.is_none() {
+                                    workspace = Some(a.malloc(ws).unwrap());
+                                } else if two && backward && workspace2.is_none() {
+                                    workspace2 = Some(a.malloc(ws).unwrap());
+                                }
+                            }
+                            if grew && a.reserved() > before {
+                                println!(
+                                    "   {phase:18} a {id} {b}: reserved +{:.1} MiB to {:.1} MiB (allocated {:.1} MiB)",
+                                    (a.reserved() - before) as f64 / 1048576.0,
+                                    a.reserved() as f64 / 1048576.0,
+                                    a.stats().allocated as f64 / 1048576.0
+                                );
+                            }
                         }
                         Err(e) => {
                             println!("{i} OOM {e:?}");
@@ -155,6 +196,27 @@ fn main() {
             a.free(h);
         }
         a.release_cached();
+        if args.iter().any(|a| a == "left") {
+            let segs: Vec<String> = a
+                .segments()
+                .iter()
+                .map(|sg| {
+                    let bl: Vec<String> = sg
+                        .blocks
+                        .iter()
+                        .map(|b| {
+                            format!(
+                                "{}{:.1}",
+                                if b.1 { "A" } else { "." },
+                                b.0 as f64 / 1048576.0
+                            )
+                        })
+                        .collect();
+                    bl.join(" ")
+                })
+                .collect();
+            println!("   left after the run: {segs:?}");
+        }
     }
     errs.sort_by(|x, y| x.partial_cmp(y).unwrap());
     if !errs.is_empty() {
