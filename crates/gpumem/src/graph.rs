@@ -296,8 +296,15 @@ impl<'c, 'a> Builder<'c, 'a> {
         self.reg(t, d)
     }
 
-    /// `a * b` with both requiring grad potentially: each saves the other.
+    /// `a * b` with both requiring grad potentially: each saves the other. Its backward
+    /// (`MulBackward0`) makes `b`'s gradient before `a`'s.
     fn mul(&mut self, a: Tid, b: Tid, elems: f64) -> Tid {
+        self.mul_spec(a, b, elems, [0.0; 2])
+    }
+
+    /// `a * b` whose backward first makes temporaries of `pre` bytes (the product that a
+    /// broadcast operand's gradient is summed from).
+    fn mul_spec(&mut self, a: Tid, b: Tid, elems: f64, pre: [f64; 2]) -> Tid {
         let d = promote(self.d(a), self.d(b));
         let mut saved = Vec::new();
         if self.tape.requires_grad(a) {
@@ -306,7 +313,16 @@ impl<'c, 'a> Builder<'c, 'a> {
         if self.tape.requires_grad(b) {
             saved.push(a);
         }
-        self.op(&[a, b], elems, d, &saved)
+        self.op_spec(
+            OpSpec {
+                inputs: &[b, a],
+                out_bytes: elems * d.bytes(),
+                saved: &saved,
+                bwd_pre: pre,
+                ..OpSpec::default()
+            },
+            d,
+        )
     }
 
     /// Dropout with probability `p` (training): saves a bool mask.
@@ -355,16 +371,14 @@ impl<'c, 'a> Builder<'c, 'a> {
         };
         let trainable = ctx.base_trainable();
         let x_rg = self.tape.requires_grad(x);
-        // Autocast casts the input for each linear separately.
-        let xin = if autocast {
-            self.cast(x, tokens * lin.inp as f64, c)
-        } else {
-            x
-        };
         let params = lin.params() as f64 * copies;
         let quant = ctx.quantized_base();
-        // The weight as the matmul sees it: an autocast copy (cached for trainable leaves),
-        // or a transient dequantised copy for 4/8-bit bases.
+        let grad_bytes = params * ctx.g.bytes();
+        // The weight as the matmul sees it: an autocast copy (cached for trainable leaves;
+        // its backward casts the compute-dtype gradient to the parameter's `.grad`), or a
+        // transient dequantised copy for 4/8-bit bases. Autocast casts the weight before
+        // the input (ATen evaluates `linear`'s cast arguments right to left), the input for
+        // each linear separately.
         let mut wcopy = None;
         let mut fwd_temp = 0.0;
         let mut bwd_temp = 0.0;
@@ -372,6 +386,8 @@ impl<'c, 'a> Builder<'c, 'a> {
             let t = self.tape.op(OpSpec {
                 out_bytes: params * c.bytes(),
                 cat: Cat::WeightCopies,
+                weights_rg: trainable,
+                param_grads: grad_bytes,
                 ..OpSpec::default()
             });
             self.reg(t, c);
@@ -383,6 +399,11 @@ impl<'c, 'a> Builder<'c, 'a> {
             fwd_temp = params * c.bytes();
             bwd_temp = params * c.bytes();
         }
+        let xin = if autocast {
+            self.cast(x, tokens * lin.inp as f64, c)
+        } else {
+            x
+        };
         // fp8: the input is kept in fp8 for the weight grad.
         let saved_in = if ctx.fp8 && trainable {
             self.op(&[xin], tokens * lin.inp as f64, DType::F8, &[])
@@ -396,15 +417,12 @@ impl<'c, 'a> Builder<'c, 'a> {
         if let (Some(w), true) = (wcopy, x_rg) {
             saved.push(w);
         }
-        let grad_bytes = params * ctx.g.bytes();
-        if autocast && trainable {
-            // The bf16 weight grad exists before its cast to the fp32 .grad.
-            bwd_temp += params * c.bytes();
-        }
-        let mut inputs = vec![xin];
+        // The weight's gradient before the input's (`mm` for the weight first).
+        let mut inputs = Vec::with_capacity(3);
         if let Some(w) = wcopy {
             inputs.push(w);
         }
+        inputs.push(xin);
         if saved_in != xin {
             inputs.push(saved_in);
         }
@@ -414,10 +432,11 @@ impl<'c, 'a> Builder<'c, 'a> {
                 inputs: &inputs,
                 out_bytes: tokens * lin.out as f64 * c.bytes(),
                 saved: &saved,
-                weights_rg: trainable,
+                weights_rg: trainable && wcopy.is_none(),
                 param_grads: grad_bytes,
                 fwd_temp,
                 bwd_temp,
+                grad_view: true,
                 ..OpSpec::default()
             },
             c,
@@ -500,13 +519,46 @@ impl<'c, 'a> Builder<'c, 'a> {
                 self.cast(w, e, input)
             }
             NormOp::Norm(Norm::Rms, _) => {
+                // LlamaRMSNorm: `variance = x32.pow(2).mean(-1)` and the fp32 normalised
+                // value are locals until it returns; `variance + eps` goes after `rsqrt`.
+                // The backward's temporaries: `pow`'s `x.pow(1) * 2`, the product that
+                // rsqrt's gradient is summed from, rsqrt's `r³ · −½`.
                 let x32 = self.cast(x, e, f32);
-                let sq = self.op(&[x32], e, f32, &[x32]);
+                let sq = self.op_spec(
+                    OpSpec {
+                        inputs: &[x32],
+                        out_bytes: e * 4.0,
+                        saved: &[x32],
+                        bwd_pre: [e * 4.0, e * 4.0],
+                        ..OpSpec::default()
+                    },
+                    f32,
+                );
                 let var = self.op(&[sq], stats, f32, &[]);
-                let r = self.op_saving_output(&[var], stats, f32, Cat::Activations);
-                let n32 = self.mul(x32, r, e);
+                let ve = self.op_spec(
+                    OpSpec {
+                        inputs: &[var],
+                        out_bytes: stats * 4.0,
+                        passthrough: true,
+                        ..OpSpec::default()
+                    },
+                    f32,
+                );
+                let r = self.op_spec(
+                    OpSpec {
+                        inputs: &[ve],
+                        out_bytes: stats * 4.0,
+                        bwd_pre: [stats * 4.0, stats * 4.0],
+                        ..OpSpec::default()
+                    },
+                    f32,
+                );
+                self.tape.save_self(r);
+                let n32 = self.mul_spec(x32, r, e, [e * 4.0, 0.0]);
                 let n = self.cast(n32, e, input);
-                self.weight_mul_params(n, e, wparams)
+                let out = self.weight_mul_params(n, e, wparams);
+                self.tape.touch(&[n32, var]);
+                out
             }
             NormOp::L2(_) => {
                 let x32 = self.cast(x, e, f32);
@@ -533,6 +585,12 @@ impl<'c, 'a> Builder<'c, 'a> {
         let trainable = self.ctx.base_trainable();
         let d = self.d(n);
         let saved: Vec<Tid> = if trainable { vec![n] } else { vec![] };
+        // The weight's gradient is `(grad * n)` summed over the tokens, made after `n`'s.
+        let product = if wparams < elems {
+            elems * d.bytes()
+        } else {
+            0.0
+        };
         self.op_spec(
             OpSpec {
                 inputs: &[n],
@@ -540,6 +598,7 @@ impl<'c, 'a> Builder<'c, 'a> {
                 saved: &saved,
                 weights_rg: trainable,
                 param_grads: wparams * self.ctx.g.bytes(),
+                param_last: product,
                 ..OpSpec::default()
             },
             d,
@@ -653,6 +712,17 @@ impl<'c, 'a> Builder<'c, 'a> {
         } else {
             self.d(x)
         };
+        if style == RopeStyle::Plain {
+            // `(x * cos) + (rotate_half(x) * sin)`, rotate_half being `cat((-x2, x1))` over
+            // the halves of the head dim: each a tensor of its own, the products in the
+            // tables' dtype (fp32 under autocast).
+            let dx = self.d(x);
+            let xc = self.op(&[x], elems, d, &[]);
+            let neg = self.op(&[x], elems / 2.0, dx, &[]);
+            let rot = self.op(&[neg, x], elems, dx, &[]);
+            let rs = self.op(&[rot], elems, d, &[]);
+            return self.add(xc, rs, elems);
+        }
         let tmp = match style {
             RopeStyle::Plain => 2.0 * elems * d.bytes(),
             RopeStyle::Cat => 3.0 * elems * d.bytes(),
@@ -766,6 +836,28 @@ impl<'c, 'a> Builder<'c, 'a> {
                 let lse = b * hq * s * 4.0;
                 let mut fwd_temp = lse;
                 let mut bwd_temp = t * hq * dq as f64 * 4.0 + lse;
+                let mut aux_out = 0.0;
+                let mut bwd_stack = [0.0; 4];
+                if kernel == SdpaKernel::Flash && ctx.cp <= 1.0 {
+                    // Flash attention (ATen's `mha_fwd`/`mha_bwd`): the logsumexp is an output
+                    // kept for the backward, which makes dq, dk and dv and then, for itself,
+                    // `softmax_d` and an fp32 dq accumulator over the sequence rounded up to
+                    // 128 (and the head dim to 32 or 64), and under grouped-query attention dk
+                    // and dv for every query head, freed in reverse.
+                    let round = |x: f64, m: f64| (x / m).ceil() * m;
+                    let s_r = round(s, 128.0);
+                    let d_r = round(dq as f64, if dq <= 128 { 32.0 } else { 64.0 });
+                    fwd_temp = 0.0;
+                    bwd_temp = 0.0;
+                    aux_out = lse;
+                    bwd_stack[0] = b * hq * s_r * 4.0;
+                    bwd_stack[1] = b * s_r * hq * d_r * 4.0;
+                    if kv_heads != heads && !mask {
+                        let expanded = t * hq * dq as f64 * c.bytes();
+                        bwd_stack[2] = expanded;
+                        bwd_stack[3] = expanded;
+                    }
+                }
                 if ctx.cp > 1.0 {
                     // Ring attention (torch's context_parallel, K/V rotated by all-gather):
                     // this rank's K and V laid out, the whole sequence's K and V gathered (and
@@ -786,6 +878,8 @@ impl<'c, 'a> Builder<'c, 'a> {
                         saved: &inputs,
                         fwd_temp,
                         bwd_temp,
+                        aux_out,
+                        bwd_stack,
                         ..OpSpec::default()
                     },
                     c,
@@ -1024,8 +1118,11 @@ impl<'c, 'a> Builder<'c, 'a> {
         q = norm(self, q, hq, qe, true);
         k = norm(self, k, hk, ke, true);
         if rope {
+            // `apply_rotary_pos_emb(q, k, …)` holds both until it returns.
+            let (q0, k0) = (q, k);
             q = self.rope(q, qe, style);
             k = self.rope(k, ke, style);
+            self.tape.touch(&[q0, k0]);
         }
         q = norm(self, q, hq, qe, false);
         k = norm(self, k, hk, ke, false);
@@ -1069,7 +1166,10 @@ impl<'c, 'a> Builder<'c, 'a> {
             core = self.mul(core, sg, qe);
         }
         let o_proj = lin[lin.len() - 1];
-        self.linear(core, o_proj.1, o_proj.0, t)
+        let out = self.linear(core, o_proj.1, o_proj.0, t);
+        // The attention's locals (the rotated q and k) go when it returns.
+        self.tape.touch(&[q, k]);
+        out
     }
 
     /// DeepSeek's multi-head latent attention (transformers `DeepseekV3Attention`): the
@@ -1680,12 +1780,22 @@ impl<'c, 'a> Builder<'c, 'a> {
         // backward makes the gradient of the whole table (replicated); the rank's rows are
         // cut out of it later (the optimizer step, or FSDP's reduce-scatter).
         let vh = (a.vocab * a.hidden) as f64 * ctx.g.bytes();
-        // Tied: the head's grad was created first; the embedding's dense grad is summed
-        // into it (a transient). Untied: it becomes the .grad.
-        let (pg, bt) = if a.tied_embeddings {
+        // Tied: the head's grad was created first and the embedding's dense grad is summed
+        // into it: in place under autocast (the head's grad is the fresh fp32 copy of its
+        // bf16 grad), else into a new tensor (the head's grad is a view of `mm`'s output).
+        // Untied: it becomes the .grad.
+        let (pg, tg) = if a.tied_embeddings {
             (0.0, vh)
         } else {
             (vh, 0.0)
+        };
+        // CUDA's `embedding_dense_backward` sums the rows of more than 3072 tokens by
+        // sorting them: partial sums of every token's row in the accumulation type, after the
+        // gradient (ATen's `embedding_backward_cuda_kernel`).
+        let partials = if t > 3072.0 && ctx.train {
+            t * h * ed.bytes().max(4.0)
+        } else {
+            0.0
         };
         let e = self.op_spec(
             OpSpec {
@@ -1693,7 +1803,9 @@ impl<'c, 'a> Builder<'c, 'a> {
                 out_bytes: t * h * ed.bytes(),
                 weights_rg: trainable,
                 param_grads: pg,
-                bwd_temp: bt,
+                tied_grad: tg,
+                tied_in_place: ctx.autocast,
+                bwd_stack: [partials, 0.0, 0.0, 0.0],
                 ..OpSpec::default()
             },
             ed,
@@ -1983,33 +2095,42 @@ impl<'c, 'a> Builder<'c, 'a> {
         // The LM head stays in the compute dtype under QLoRA (bitsandbytes skips it).
         let ctx = self.ctx;
         let trainable = ctx.base_trainable();
-        let xin = if ctx.autocast {
-            self.cast(x, rows * lin.inp as f64, ctx.c)
-        } else {
-            x
-        };
         let params = lin.params() as f64;
-        let mut inputs = vec![xin];
+        // The generation head's weight is tied too, but only training makes gradients.
+        let tied = ctx.arch.tied_embeddings && ctx.train;
+        let mut inputs = Vec::with_capacity(2);
         let mut saved = Vec::new();
-        if trainable {
-            saved.push(xin);
-        }
-        let mut bwd_temp = 0.0;
-        if ctx.autocast {
+        // Under autocast: the weight's copy (made before the input's), whose backward casts
+        // the gradient to the parameter's `.grad`.
+        let w = ctx.autocast.then(|| {
             let w = self.tape.op(OpSpec {
                 out_bytes: params * ctx.c.bytes(),
                 cat: Cat::WeightCopies,
+                weights_rg: trainable,
+                param_grads: params * ctx.g.bytes(),
+                tied_head: tied,
                 ..OpSpec::default()
             });
             self.reg(w, ctx.c);
             if trainable {
                 self.tape.cache(w);
-                bwd_temp = params * ctx.c.bytes();
             }
+            w
+        });
+        let xin = if ctx.autocast {
+            self.cast(x, rows * lin.inp as f64, ctx.c)
+        } else {
+            x
+        };
+        if let Some(w) = w {
             if self.tape.requires_grad(x) {
                 saved.push(w);
             }
             inputs.push(w);
+        }
+        inputs.push(xin);
+        if trainable {
+            saved.push(xin);
         }
         self.op_spec(
             OpSpec {
@@ -2017,9 +2138,10 @@ impl<'c, 'a> Builder<'c, 'a> {
                 out_bytes: rows * lin.out as f64 * ctx.c.bytes(),
                 saved: &saved,
                 cat: Cat::Logits,
-                weights_rg: trainable,
+                weights_rg: trainable && w.is_none(),
                 param_grads: params * ctx.g.bytes(),
-                bwd_temp,
+                grad_view: true,
+                tied_head: tied,
                 ..OpSpec::default()
             },
             ctx.c,

@@ -66,6 +66,12 @@ impl<'e> Meter<'e> {
         self.live.add(cat, b);
         self.record(cat, b, what, role, id);
     }
+    /// `b` bytes already counted as `from` count as `to` from now on (a gradient in flight
+    /// that becomes `.grad`): no allocation.
+    fn recat(&mut self, from: Cat, to: Cat, b: f64) {
+        self.live.add(from, -b);
+        self.live.add(to, b);
+    }
     fn sub(&mut self, cat: Cat, b: f64, what: &'static str, role: &'static str, id: Local) {
         self.live.add(cat, -b);
         self.record(cat, -b, what, role, id);
@@ -160,6 +166,13 @@ struct Op {
     param_grads: f64,
     passthrough: bool,
     grad_in_saved: bool,
+    grad_view: bool,
+    tied_grad: f64,
+    tied_in_place: bool,
+    tied_head: bool,
+    bwd_pre: [f64; 2],
+    bwd_stack: [f64; 4],
+    param_last: f64,
 }
 
 /// Where memory stood and peaked while replaying a stretch, relative to its start.
@@ -229,6 +242,39 @@ pub struct OpSpec<'a> {
     /// vocabulary-parallel cross-entropy turns the saved softmax into the gradient in
     /// place): no allocation, the saved storage lives on as the gradient.
     pub grad_in_saved: bool,
+    /// The gradient the backward makes for its input is a view whose base stays alive (a
+    /// linear layer's: `mm`'s output reshaped to the input's shape): autograd cannot sum a
+    /// later gradient of that input into it in place (`InputBuffer::accumulate` in
+    /// torch/csrc/autograd/input_buffer.cpp wants the only reference to a dense tensor and
+    /// its storage), so it adds the two into a new tensor.
+    pub grad_view: bool,
+    /// Bytes of a tied parameter's gradient that the backward's weight gradient is summed
+    /// into out of place: the tied head's `.grad` is a view (`mm`'s output transposed), so
+    /// autograd makes the sum (the parameter's new `.grad`) and frees both addends. Zero when
+    /// the sum happens in place (`tied_in_place`).
+    pub tied_grad: f64,
+    /// The tied weight's gradient is summed into the other use's in place (that one is a
+    /// tensor of its own: under autocast, the fp32 copy of the head's bf16 gradient).
+    pub tied_in_place: bool,
+    /// The op's parameter gradient is also a tied weight's (the LM head's, tied to the
+    /// embedding): autograd holds it until the embedding's gradient is summed in, also
+    /// when `.grad` already exists (gradient accumulation).
+    pub tied_head: bool,
+    /// Temporaries the backward makes before the op's gradients and frees after them, in
+    /// reverse order (`pow`'s backward: `x.pow(1)` and its product with the exponent).
+    pub bwd_pre: [f64; 2],
+    /// Temporaries the backward makes one after the other after the op's gradients and
+    /// frees in reverse order (flash attention's `softmax_d`, fp32 `dq` accumulator, and
+    /// the per-query-head `dk` and `dv` of grouped-query attention).
+    pub bwd_stack: [f64; 4],
+    /// The parameter gradient is the reduction of a product of this many bytes made after
+    /// the input's gradient (an elementwise weight: `(grad * x).sum(...)`): the product, then
+    /// the parameter gradient, then the product freed. Zero: the parameter gradient comes
+    /// first (a linear layer's `mm`).
+    pub param_last: f64,
+    /// A second output of this many bytes the op keeps for its own backward (flash
+    /// attention's logsumexp).
+    pub aux_out: f64,
 }
 
 impl Default for OpSpec<'_> {
@@ -245,6 +291,14 @@ impl Default for OpSpec<'_> {
             bwd_temp: 0.0,
             passthrough: false,
             grad_in_saved: false,
+            grad_view: false,
+            tied_grad: 0.0,
+            tied_in_place: false,
+            tied_head: false,
+            bwd_pre: [0.0; 2],
+            bwd_stack: [0.0; 4],
+            param_last: 0.0,
+            aux_out: 0.0,
         }
     }
 }
@@ -345,15 +399,23 @@ impl Tape {
         let rg = spec.weights_rg || spec.inputs.iter().any(|&t| self.tensors[t].rg);
         let out = self.new_storage(spec.out_bytes, rg, false, spec.cat, spec.name);
         // An op saves only what some grad needs: nothing when nothing requires grad.
-        let saved = if rg {
+        let mut saved = if rg {
             Ids::from(spec.saved)
         } else {
             Ids::default()
         };
+        let mut outputs = Ids::from(&[out]);
+        if spec.aux_out > 0.0 {
+            let aux = self.new_storage(spec.aux_out, false, false, spec.cat, spec.name);
+            outputs.push(aux);
+            if rg {
+                saved.push(aux);
+            }
+        }
         self.ops.push(Op {
             name: spec.name,
             inputs: Ids::from(spec.inputs),
-            outputs: Ids::from(&[out]),
+            outputs,
             saved,
             fwd_temp: spec.fwd_temp,
             bwd_temp: spec.bwd_temp,
@@ -364,6 +426,13 @@ impl Tape {
             },
             passthrough: spec.passthrough,
             grad_in_saved: spec.grad_in_saved,
+            grad_view: spec.grad_view,
+            tied_grad: if spec.weights_rg { spec.tied_grad } else { 0.0 },
+            tied_in_place: spec.tied_in_place,
+            tied_head: spec.tied_head,
+            bwd_pre: spec.bwd_pre,
+            bwd_stack: spec.bwd_stack,
+            param_last: spec.param_last,
         });
         out
     }
@@ -674,6 +743,13 @@ impl Tape {
     /// Backward replay (saved tensors alive as in `alive`, the grad of `out` present).
     /// Gradient buffers are refcounted: an add hands the same buffer to both its inputs, as
     /// autograd does.
+    ///
+    /// Each op's backward runs as autograd's engine runs a node: the op's gradients are made
+    /// (parameter gradients, then one per input), its workspace comes and goes, the gradient
+    /// it received and the tensors it was the last to need are released, and then each new
+    /// gradient of an input that already had one is summed into it (`InputBuffer::add`): in
+    /// place when the earlier gradient is the only reference to a dense tensor of its own,
+    /// else into a new tensor, the two addends freed.
     /// Returns the gradient buffer each tensor is left with (its inputs' gradients).
     fn backward(
         &self,
@@ -682,9 +758,16 @@ impl Tape {
         out: Tid,
         grads: Grads,
     ) -> Vec<Option<usize>> {
+        /// A gradient buffer: the grad of a logits tensor counts as logits; `view`: a view
+        /// of a larger tensor, never summed into in place.
+        struct GBuf {
+            bytes: f64,
+            refs: u32,
+            cat: Cat,
+            view: bool,
+        }
         let nt = self.tensors.len();
-        // (bytes, refs, category): the grad of a logits tensor counts as logits.
-        let mut gbuf: Vec<(f64, u32, Cat)> = Vec::new();
+        let mut gbuf: Vec<GBuf> = Vec::new();
         let grad_cat = |t: Tid| match self.storages[self.tensors[t].storage].cat {
             Cat::Logits => Cat::Logits,
             _ => Cat::Temporaries,
@@ -708,22 +791,68 @@ impl Tape {
             .collect();
         crate::order::sort(&mut release);
         if self.tensors[out].rg {
-            gbuf.push((self.tensors[out].bytes, 1, grad_cat(out)));
+            gbuf.push(GBuf {
+                bytes: self.tensors[out].bytes,
+                refs: 1,
+                cat: grad_cat(out),
+                view: false,
+            });
             grad_of[out] = Some(0);
         }
         for (i, op) in self.ops.iter().enumerate().rev() {
             let incoming = op.outputs.iter().find_map(|&t| grad_of[t]);
+            // New gradients of inputs that already have one: (input, new buffer).
+            let mut pending: [(Tid, usize); 6] = [(0, 0); 6];
+            let mut npending = 0;
+            // A tied weight's gradient summed into the other use's.
+            let mut tied = None;
             if let Some(first_in) = incoming {
                 let mut temp = op.bwd_temp;
+                // A buffer of the backward's own (a temporary, a tied weight's gradient).
+                let own = |gbuf: &mut Vec<GBuf>, m: &mut Meter<'_>, b: f64, role| {
+                    gbuf.push(GBuf {
+                        bytes: b,
+                        refs: 1,
+                        cat: Cat::Temporaries,
+                        view: false,
+                    });
+                    let g = gbuf.len() - 1;
+                    m.add(Cat::Temporaries, b, op.name, role, Local::Grad(g as u32));
+                    g
+                };
+                let mut pre = [usize::MAX; 2];
+                for (k, &b) in op.bwd_pre.iter().enumerate() {
+                    if b > 0.0 {
+                        pre[k] = own(&mut gbuf, m, b, "temporary");
+                    }
+                }
+                let params_now = op.param_last <= 0.0;
+                // A tied head's gradient waits in autograd's buffer for the embedding's (not
+                // yet `.grad`: counted as a temporary).
                 match grads {
-                    Grads::New => m.add(
+                    _ if op.tied_head && params_now => m.add(
+                        Cat::Temporaries,
+                        op.param_grads,
+                        op.name,
+                        "parameter gradient",
+                        Local::ParamGrad(i as u32),
+                    ),
+                    Grads::New if params_now => m.add(
                         Cat::Gradients,
                         op.param_grads,
                         op.name,
                         "parameter gradient",
                         Local::ParamGrad(i as u32),
                     ),
-                    Grads::Accumulate | Grads::IntoBuffer => temp += op.param_grads,
+                    Grads::New => {}
+                    Grads::Accumulate | Grads::IntoBuffer => {
+                        if params_now {
+                            temp += op.param_grads;
+                        }
+                    }
+                }
+                if op.tied_grad > 0.0 {
+                    tied = Some(own(&mut gbuf, m, op.tied_grad, "tied weight's gradient"));
                 }
                 for &t in op.inputs.iter() {
                     if !self.tensors[t].rg {
@@ -732,10 +861,27 @@ impl Tape {
                     let b = self.tensors[t].bytes;
                     match (grad_of[t], op.passthrough) {
                         (Some(_), true) => {}
-                        (Some(_), false) => temp = temp.max(b),
+                        (Some(_), false) => {
+                            gbuf.push(GBuf {
+                                bytes: b,
+                                refs: 1,
+                                cat: grad_cat(t),
+                                view: op.grad_view,
+                            });
+                            let g = gbuf.len() - 1;
+                            m.add(
+                                grad_cat(t),
+                                b,
+                                op.name,
+                                "grad of input",
+                                Local::Grad(g as u32),
+                            );
+                            pending[npending] = (t, g);
+                            npending += 1;
+                        }
                         (None, true) => {
                             let g = first_in;
-                            gbuf[g].1 += 1;
+                            gbuf[g].refs += 1;
                             grad_of[t] = Some(g);
                         }
                         (None, false) => {
@@ -755,7 +901,12 @@ impl Tape {
                                         "saved for backward",
                                         Local::Storage(s as u32),
                                     );
-                                    gbuf.push((self.storages[s].bytes, 1, grad_cat(t)));
+                                    gbuf.push(GBuf {
+                                        bytes: self.storages[s].bytes,
+                                        refs: 1,
+                                        cat: grad_cat(t),
+                                        view: false,
+                                    });
                                     m.add(
                                         grad_cat(t),
                                         self.storages[s].bytes,
@@ -765,7 +916,12 @@ impl Tape {
                                     );
                                 }
                                 _ => {
-                                    gbuf.push((b, 1, grad_cat(t)));
+                                    gbuf.push(GBuf {
+                                        bytes: b,
+                                        refs: 1,
+                                        cat: grad_cat(t),
+                                        view: op.grad_view,
+                                    });
                                     let g = Local::Grad((gbuf.len() - 1) as u32);
                                     m.add(grad_cat(t), b, op.name, "grad of input", g);
                                 }
@@ -774,13 +930,53 @@ impl Tape {
                         }
                     }
                 }
+                if !params_now {
+                    // The product, reduced to the parameter's gradient.
+                    let p = own(&mut gbuf, m, op.param_last, "temporary");
+                    match grads {
+                        Grads::New => m.add(
+                            Cat::Gradients,
+                            op.param_grads,
+                            op.name,
+                            "parameter gradient",
+                            Local::ParamGrad(i as u32),
+                        ),
+                        _ => temp += op.param_grads,
+                    }
+                    m.mark(Bytes::default(), op.name);
+                    m.sub(
+                        Cat::Temporaries,
+                        op.param_last,
+                        op.name,
+                        "temporary",
+                        Local::Grad(p as u32),
+                    );
+                }
                 m.mark(Bytes::of(Cat::Temporaries, temp), op.name);
+                let mut stack = [usize::MAX; 4];
+                for (k, &b) in op.bwd_stack.iter().enumerate() {
+                    if b > 0.0 {
+                        stack[k] = own(&mut gbuf, m, b, "temporary");
+                    }
+                }
+                m.mark(Bytes::default(), op.name);
+                for &g in stack.iter().rev().chain(pre.iter().rev()) {
+                    if g != usize::MAX {
+                        m.sub(
+                            Cat::Temporaries,
+                            gbuf[g].bytes,
+                            op.name,
+                            "temporary",
+                            Local::Grad(g as u32),
+                        );
+                    }
+                }
                 for &t in op.outputs.iter() {
                     if let Some(g) = grad_of[t].take() {
-                        gbuf[g].1 -= 1;
-                        if gbuf[g].1 == 0 {
+                        gbuf[g].refs -= 1;
+                        if gbuf[g].refs == 0 {
                             let id = Local::Grad(g as u32);
-                            m.sub(gbuf[g].2, gbuf[g].0, op.name, "grad of output", id);
+                            m.sub(gbuf[g].cat, gbuf[g].bytes, op.name, "grad of output", id);
                         }
                     }
                 }
@@ -800,6 +996,80 @@ impl Tape {
                         Local::Storage(s as u32),
                     );
                 }
+            }
+            if let Some(g) = tied {
+                // The tied weight's gradient so far (the head's, waiting in autograd's
+                // buffer) and this one: summed in place when the head's is a tensor of its
+                // own, else into a new tensor and both addends go. The result becomes
+                // `.grad`, or (gradient accumulation) is added into it in place and freed.
+                let new_grad = grads == Grads::New;
+                let tg = op.tied_grad;
+                let tmp = Cat::Temporaries;
+                let earlier = |m: &mut Meter<'_>| {
+                    let id = Local::ParamGrad(i as u32);
+                    m.sub(tmp, tg, op.name, "tied weight's earlier gradient", id)
+                };
+                let new = |m: &mut Meter<'_>| {
+                    let id = Local::Grad(g as u32);
+                    m.sub(tmp, tg, op.name, "tied weight's gradient", id)
+                };
+                if op.tied_in_place {
+                    m.mark(Bytes::default(), op.name);
+                    new(m);
+                    if new_grad {
+                        m.recat(tmp, Cat::Gradients, tg);
+                    } else {
+                        earlier(m);
+                    }
+                } else {
+                    let id = if new_grad {
+                        Local::ParamGrad(i as u32)
+                    } else {
+                        gbuf.push(GBuf {
+                            bytes: tg,
+                            refs: 1,
+                            cat: tmp,
+                            view: false,
+                        });
+                        Local::Grad((gbuf.len() - 1) as u32)
+                    };
+                    let role = if new_grad {
+                        "parameter gradient"
+                    } else {
+                        "tied weight's gradient"
+                    };
+                    m.add(tmp, tg, op.name, role, id);
+                    m.mark(Bytes::default(), op.name);
+                    earlier(m);
+                    new(m);
+                    if new_grad {
+                        m.recat(tmp, Cat::Gradients, tg);
+                    } else {
+                        m.sub(tmp, tg, op.name, role, id);
+                    }
+                }
+            }
+            for &(t, n) in &pending[..npending] {
+                let Some(g) = grad_of[t] else { continue };
+                if gbuf[g].view || gbuf[g].refs > 1 {
+                    gbuf.push(GBuf {
+                        bytes: gbuf[g].bytes,
+                        refs: 1,
+                        cat: gbuf[g].cat,
+                        view: false,
+                    });
+                    let sum = gbuf.len() - 1;
+                    let (b, c) = (gbuf[sum].bytes, gbuf[sum].cat);
+                    m.add(c, b, op.name, "grad of input", Local::Grad(sum as u32));
+                    m.mark(Bytes::default(), op.name);
+                    grad_of[t] = Some(sum);
+                    gbuf[g].refs -= 1;
+                    if gbuf[g].refs == 0 {
+                        m.sub(c, b, op.name, "summed gradient", Local::Grad(g as u32));
+                    }
+                }
+                let (b, c) = (gbuf[n].bytes, gbuf[n].cat);
+                m.sub(c, b, op.name, "summed gradient", Local::Grad(n as u32));
             }
         }
         grad_of

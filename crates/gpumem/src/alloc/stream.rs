@@ -25,6 +25,9 @@ pub(crate) enum Kind {
     Temp,
     /// Parameter gradients left in `.grad` (freed by `zero_grad`); `id` is the op.
     ParamGrad,
+    /// A tied weight's earlier `.grad` (the LM head's), freed when the embedding's gradient
+    /// is summed with it into a new one.
+    FreeTied,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -115,7 +118,8 @@ impl Script {
                     skip_free_temp = false;
                     continue;
                 }
-                (Local::ParamGrad(_), _) => Kind::ParamGrad,
+                (Local::ParamGrad(_), false) => Kind::FreeTied,
+                (Local::ParamGrad(_), true) => Kind::ParamGrad,
                 (_, true) => Kind::Alloc,
                 (_, false) if e.role == "held input" => Kind::Held,
                 (_, false) => Kind::Free,
@@ -510,7 +514,7 @@ impl Runner {
                                 }
                                 tbl[slot] = NIL;
                             }
-                            Kind::ParamGrad => {}
+                            Kind::ParamGrad | Kind::FreeTied => {}
                         }
                         // cuBLAS takes its workspace at the first matmul, after the op's
                         // output.
@@ -581,6 +585,15 @@ impl Runner {
                             Kind::ParamGrad => {
                                 let h = self.malloc(e.bytes)?;
                                 grads.push((k, e.id, h));
+                            }
+                            Kind::FreeTied => {
+                                // The LM head's weight gradient: the first its stretch's
+                                // backward made.
+                                let head = last_inst.saturating_sub(1);
+                                if let Some(p) = grads.iter().position(|g| g.0 == head) {
+                                    let (_, _, h) = grads.remove(p);
+                                    self.free(h);
+                                }
                             }
                         }
                         // Autograd's backward thread has its own cuBLAS handle, and
