@@ -13,8 +13,10 @@
 //! - `fresh`: each run in a new process (by default the runs follow each other as
 //!   measure.py ran them, the cache emptied between runs, the workspaces kept).
 //! - `case=N`: one run; `phases`: the reserved and allocated bytes at each phase; `dump`:
-//!   the segments of 100 MiB and more at each phase; `ws=BYTES`: the workspace's size
-//!   (`ws=0` for the engine's events, which take their workspaces themselves); `grew`: each
+//!   the segments of 100 MiB and more at each phase; `show=N`: those of run N only, the
+//!   runs before it replayed as the process ran them; `ws=BYTES`: the workspace's size
+//!   (`ws=0` for the engine's events, which take their workspaces themselves, marked
+//!   `workspace`, and keep them from run to run); `grew`: each
 //!   allocation that made the cache take memory from CUDA, with its phase; `left`: the
 //!   segments a run leaves to the next (the workspaces' and what shares theirs).
 use gpumem::alloc::{Allocator, Config};
@@ -47,6 +49,7 @@ fn main() {
     let grew = args.iter().any(|a| a == "grew");
     let mut phase = String::new();
     let mut errs = Vec::new();
+    let mut kept: Vec<u32> = Vec::new();
     for (i, m) in measured.iter().enumerate() {
         if let Some(only) = args.iter().find_map(|a| a.strip_prefix("case=")) {
             if only.parse::<usize>().unwrap() != i {
@@ -63,10 +66,18 @@ fn main() {
             workspace2 = None;
         }
         let mut live: HashMap<u64, u32> = HashMap::new();
+        if args.iter().any(|a| a == "fresh") {
+            kept.clear();
+        }
         // Op names after the sizes: the workspaces go where cuBLAS takes them.
         let named = text
             .lines()
             .any(|l| l.starts_with("a ") && l.contains(".default"));
+        // `show=N`: phases, growth and segments of run N only, the others replayed quietly.
+        let quiet = args
+            .iter()
+            .find_map(|a| a.strip_prefix("show="))
+            .is_some_and(|n| n.parse::<usize>().unwrap() != i);
         let mut backward = false;
         for line in text.lines() {
             let mut f = line.split_whitespace();
@@ -77,7 +88,7 @@ fn main() {
                     if rest.len() >= 3 && rest[0] == "step" {
                         backward = rest[2] == "backward";
                     }
-                    if args.iter().any(|a| a == "phases") {
+                    if !quiet && args.iter().any(|a| a == "phases") {
                         let st = a.stats();
                         println!(
                             "   {:24} reserved {:>8.1} MiB allocated {:>8.1} MiB segs {} free {:?}",
@@ -132,6 +143,16 @@ fn main() {
                     let id: u64 = f.next().unwrap().parse().unwrap();
                     let b: u64 = f.next().unwrap().parse().unwrap();
                     let op = f.next().unwrap_or("");
+                    if op == "workspace" {
+                        // The engine's events: a cuBLAS workspace, kept across runs (each
+                        // run's events take their two; the process takes them once).
+                        if kept.len() < 2 {
+                            if let Ok(h) = a.malloc(b) {
+                                kept.push(h);
+                            }
+                        }
+                        continue;
+                    }
                     let matmul = [
                         "mm.default",
                         "bmm.default",
@@ -150,7 +171,7 @@ fn main() {
                                     workspace2 = Some(a.malloc(ws).unwrap());
                                 }
                             }
-                            if grew && a.reserved() > before {
+                            if grew && !quiet && a.reserved() > before {
                                 println!(
                                     "   {phase:18} a {id} {b}: reserved +{:.1} MiB to {:.1} MiB (allocated {:.1} MiB)",
                                     (a.reserved() - before) as f64 / 1048576.0,

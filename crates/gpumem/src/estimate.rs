@@ -1738,7 +1738,7 @@ fn train_step(
         bytes: base.round() as u64,
     });
     let outcome = if replay {
-        crate::alloc::stream::replay_train(s, a, &st, st.embeds_hold > 0.0)
+        crate::alloc::stream::replay_train(s, a, &st, st.embeds_held)
     } else {
         None
     };

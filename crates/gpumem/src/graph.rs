@@ -192,6 +192,9 @@ pub struct Builder<'c, 'a> {
     pub kv: Vec<Tid>,
     /// Ops run outside autocast (in the parameters' dtype).
     native: bool,
+    /// Bytes the model's forward holds in locals from the embedding to its end (the eager
+    /// attention mask, GPT-2's position embeddings).
+    pub locals_hold: f64,
 }
 
 impl<'c, 'a> Builder<'c, 'a> {
@@ -202,6 +205,7 @@ impl<'c, 'a> Builder<'c, 'a> {
             ctx,
             kv: Vec::new(),
             native: false,
+            locals_hold: 0.0,
         }
     }
 
@@ -313,9 +317,12 @@ impl<'c, 'a> Builder<'c, 'a> {
         if self.tape.requires_grad(b) {
             saved.push(a);
         }
+        // With a broadcast `b` (its gradient a sum of the product in `pre`): that product,
+        // then `a`'s gradient, then `b`'s sum.
+        let inputs = if pre[0] > 0.0 { [a, b] } else { [b, a] };
         self.op_spec(
             OpSpec {
-                inputs: &[b, a],
+                inputs: &inputs,
                 out_bytes: elems * d.bytes(),
                 saved: &saved,
                 bwd_pre: pre,
@@ -410,12 +417,13 @@ impl<'c, 'a> Builder<'c, 'a> {
         } else {
             xin
         };
+        // Released weight first (the last argument of `mm` first).
         let mut saved = Vec::new();
-        if trainable {
-            saved.push(saved_in);
-        }
         if let (Some(w), true) = (wcopy, x_rg) {
             saved.push(w);
+        }
+        if trainable {
+            saved.push(saved_in);
         }
         // The weight's gradient before the input's (`mm` for the weight first).
         let mut inputs = Vec::with_capacity(3);
@@ -717,10 +725,50 @@ impl<'c, 'a> Builder<'c, 'a> {
             // the halves of the head dim: each a tensor of its own, the products in the
             // tables' dtype (fp32 under autocast).
             let dx = self.d(x);
-            let xc = self.op(&[x], elems, d, &[]);
-            let neg = self.op(&[x], elems / 2.0, dx, &[]);
-            let rot = self.op(&[neg, x], elems, dx, &[]);
-            let rs = self.op(&[rot], elems, d, &[]);
+            // Under autocast the products are fp32: their gradients are made in fp32, then
+            // cast to the bf16 input's (`validate_outputs`).
+            let pre = if d != dx {
+                [elems * d.bytes(), 0.0]
+            } else {
+                [0.0; 2]
+            };
+            let product = |b: &mut Self, x: Tid| {
+                b.op_spec(
+                    OpSpec {
+                        inputs: &[x],
+                        out_bytes: elems * d.bytes(),
+                        bwd_pre: pre,
+                        ..OpSpec::default()
+                    },
+                    d,
+                )
+            };
+            let xc = product(self, x);
+            // rotate_half: the first half a view (its backward `slice_backward`, a tensor of
+            // x's size); `-x2`'s backward negates (half the size) and pads (x's size); `cat`'s
+            // backward only views its gradient.
+            let x1 = self.tape.split(x, &[self.tape.bytes(x) / 2.0])[0];
+            self.reg(x1, dx);
+            let half = elems / 2.0 * dx.bytes();
+            let neg = self.op_spec(
+                OpSpec {
+                    inputs: &[x],
+                    out_bytes: half,
+                    bwd_pre: [half, 0.0],
+                    ..OpSpec::default()
+                },
+                dx,
+            );
+            let rot = self.op_spec(
+                OpSpec {
+                    inputs: &[neg, x1],
+                    out_bytes: elems * dx.bytes(),
+                    grad_views: true,
+                    ..OpSpec::default()
+                },
+                dx,
+            );
+            let rs = product(self, rot);
             return self.add(xc, rs, elems);
         }
         let tmp = match style {
@@ -793,10 +841,11 @@ impl<'c, 'a> Builder<'c, 'a> {
         let scores = b * hq * s * s;
         let p_drop = if ctx.train { a.dropout.attn } else { 0.0 };
         let selective = ctx.recompute == Recompute::Selective && ctx.train;
-        // Inputs under autocast are cast to the compute dtype by sdpa/matmul.
-        let q = self.cast(q, t * hq * dq as f64, c);
-        let k = self.cast(k, t * hk * dq as f64, c);
+        // Inputs under autocast are cast to the compute dtype by sdpa/matmul (its
+        // arguments cast right to left, as ATen's autocast wrapper evaluates them).
         let v = self.cast(v, t * hk * dv as f64, c);
+        let k = self.cast(k, t * hk * dq as f64, c);
+        let q = self.cast(q, t * hq * dq as f64, c);
         // Falcon's multi-query attention calls SDPA with one key/value head for all query
         // heads and no `enable_gqa`: neither flash nor the memory-efficient kernel takes that.
         let mqa_broadcast = a.family == Family::Falcon && heads != kv_heads;
@@ -1072,7 +1121,20 @@ impl<'c, 'a> Builder<'c, 'a> {
             }
             (parts[0], parts[1], parts[2], None)
         } else {
+            // `q_proj(x).view(…).transpose(1, 2)`: once rotated, the gradient comes back
+            // transposed and the view's backward copies it (`clone`), each right after its
+            // projection.
+            let rope = !kind.nope && a.rope_dim > 0 && !a.attn_gate;
+            let viewed = |b: &mut Self, x: Tid| -> Tid {
+                if !rope {
+                    return x;
+                }
+                let d = b.d(x);
+                let v = b.tape.split(x, &[b.tape.bytes(x)])[0];
+                b.reg(v, d)
+            };
             let q = self.linear(y, lin[0].1, lin[0].0, t);
+            let q = viewed(self, q);
             let (q, gate) = if a.attn_gate {
                 // Qwen3-Next: q_proj gives the query and a gate, interleaved per head; the
                 // gate's reshape is a copy.
@@ -1087,6 +1149,7 @@ impl<'c, 'a> Builder<'c, 'a> {
                 (q, None)
             };
             let k = self.linear(y, lin[1].1, lin[1].0, t);
+            let k = viewed(self, k);
             let v = self.linear(y, lin[2].1, lin[2].0, t);
             (q, k, v, gate)
         };
@@ -1822,7 +1885,11 @@ impl<'c, 'a> Builder<'c, 'a> {
                 ed,
             );
             self.tape.hold(e);
+            // `position_embeds` is a local of GPT-2's forward.
+            self.tape.hold_local(pos);
+            self.locals_hold += self.tape.bytes(pos);
             let sum = self.add(e, pos, t * h);
+            self.causal_mask(ed);
             self.dropout(sum, t * h, a.dropout.embd)
         } else if matches!(a.family, Family::Gemma2 | Family::Gemma3 | Family::Granite) {
             // Gemma scales the embeddings by sqrt(hidden), Granite by its multiplier: a new
@@ -1830,12 +1897,29 @@ impl<'c, 'a> Builder<'c, 'a> {
             let scaled = self.op(&[e], t * h, ed, &[]);
             self.dropout(scaled, t * h, a.dropout.embd)
         } else {
+            self.causal_mask(ed);
             self.dropout(e, t * h, a.dropout.embd)
         };
         // A vocabulary-parallel embedding's output is a partial sum over the ranks.
         let out = self.leave_tp(out, h);
         self.tape.set_output(out);
         out
+    }
+
+    /// Eager attention's mask, which the model makes once before its layers and holds until
+    /// its forward returns (transformers' `create_causal_mask`: a boolean `[1, 1, s, s]`, then
+    /// `where` into the embeddings' dtype for every sequence of the batch). Training only:
+    /// generation's masks are not modelled here.
+    fn causal_mask(&mut self, d: DType) {
+        let ctx = self.ctx;
+        if !ctx.train || ctx.attention != Attention::Eager {
+            return;
+        }
+        let s = ctx.seq;
+        let causal = self.op(&[], s * s, DType::I8, &[]);
+        let mask = self.op(&[causal], ctx.batch * s * s, d, &[]);
+        self.tape.hold_local(mask);
+        self.locals_hold += self.tape.bytes(mask);
     }
 
     /// Final norm, LM head and the loss (training) or last-token logits (generation).

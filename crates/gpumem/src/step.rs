@@ -21,9 +21,12 @@ pub(crate) struct Stretches {
     pub head: Profile,
     /// Upcast, log-softmax and the loss (or a fused linear + cross-entropy's whole op).
     pub loss: Profile,
-    /// The embedding output referenced by the model (`inputs_embeds`) through the forward,
-    /// when the first layer does not save it anyway.
+    /// What the model's forward references from the embedding to its end: the embedding
+    /// output (`inputs_embeds`, when the first layer does not save it anyway) and the
+    /// model's other locals (the eager attention mask, position embeddings).
     pub embeds_hold: f64,
+    /// `embeds_hold` counts the embedding output.
+    pub embeds_held: bool,
     /// What the caller keeps of a micro-batch until it drops the model's output
     /// (`out.logits`).
     pub kept: Bytes,
@@ -85,6 +88,7 @@ impl Stretches {
         };
         let mut pre = Builder::new(ctx);
         let first = pre.embedding();
+        let locals = pre.locals_hold;
         let first_rg = pre.tape.requires_grad(first);
         let emb = run(&pre, tape::Mode::Normal.or_nograd(mode));
         let resid = if ctx.autocast { DType::F32 } else { ctx.c };
@@ -131,6 +135,7 @@ impl Stretches {
                 head,
                 loss: Profile::default(),
                 embeds_hold: ctx.t * h * if ctx.autocast { 4.0 } else { ctx.c.bytes() },
+                embeds_held: true,
                 kept: Bytes::default(),
                 input_kept: false,
                 scripts,
@@ -163,12 +168,11 @@ impl Stretches {
                 loss: Some(loss),
             }
         });
-        // The layer input is freed during the layer's forward unless a saved tensor is it.
+        // The layer input is freed during the layer's forward unless a saved tensor (or the
+        // checkpoint) keeps it; the model's `inputs_embeds` then holds the first layer's.
         let l0 = &layers[0];
         let input_kept = l0.input_kept;
-        let input_freed = l0.fwd.delta.total() < l0.out_bytes - 1.0
-            || a.learned_positions.is_some()
-            || !ctx.train;
+        let input_freed = !input_kept || a.learned_positions.is_some() || !ctx.train;
         Stretches {
             emb,
             layers,
@@ -177,11 +181,13 @@ impl Stretches {
             head,
             loss,
             input_kept,
-            embeds_hold: if input_freed {
-                ctx.tsp * h * if ctx.autocast { 4.0 } else { ctx.c.bytes() }
-            } else {
-                0.0
-            },
+            embeds_hold: locals
+                + if input_freed {
+                    ctx.tsp * h * if ctx.autocast { 4.0 } else { ctx.c.bytes() }
+                } else {
+                    0.0
+                },
+            embeds_held: input_freed,
             // Megatron's model returns the loss, not the logits.
             kept: match ctx.loss {
                 _ if ctx.megatron => Bytes::default(),

@@ -128,6 +128,9 @@ struct Storage {
     kept: bool,
     /// Kept by PyTorch's autocast weight cache until autocast exits (end of the forward).
     cached: bool,
+    /// Held by a local of the model's forward (the eager attention mask, GPT-2's position
+    /// embeddings): gone when the model's forward returns, which the caller accounts for.
+    local: bool,
 }
 
 /// A short list of tensor ids kept inline (ops have at most a handful of each).
@@ -167,6 +170,7 @@ struct Op {
     passthrough: bool,
     grad_in_saved: bool,
     grad_view: bool,
+    grad_views: bool,
     tied_grad: f64,
     tied_in_place: bool,
     tied_head: bool,
@@ -248,6 +252,9 @@ pub struct OpSpec<'a> {
     /// torch/csrc/autograd/input_buffer.cpp wants the only reference to a dense tensor and
     /// its storage), so it adds the two into a new tensor.
     pub grad_view: bool,
+    /// The gradients of the op's inputs are views of its output's gradient (`cat`'s
+    /// backward): nothing is allocated, and each keeps the output's gradient alive.
+    pub grad_views: bool,
     /// Bytes of a tied parameter's gradient that the backward's weight gradient is summed
     /// into out of place: the tied head's `.grad` is a view (`mm`'s output transposed), so
     /// autograd makes the sum (the parameter's new `.grad`) and frees both addends. Zero when
@@ -292,6 +299,7 @@ impl Default for OpSpec<'_> {
             passthrough: false,
             grad_in_saved: false,
             grad_view: false,
+            grad_views: false,
             tied_grad: 0.0,
             tied_in_place: false,
             tied_head: false,
@@ -333,6 +341,7 @@ impl Tape {
             held: false,
             kept: false,
             cached: false,
+            local: false,
         });
         self.tensors.push(Tensor {
             storage: self.storages.len() - 1,
@@ -370,6 +379,14 @@ impl Tape {
     /// Keep `t` alive until the end of this stretch's forward.
     pub fn hold(&mut self, t: Tid) {
         self.storage_mut(t).held = true;
+    }
+
+    /// `t` is referenced by a local of the model's forward, which outlives this stretch: it
+    /// leaves the stretch as a held tensor does, marked for the caller (`"model local"`).
+    pub fn hold_local(&mut self, t: Tid) {
+        let st = self.storage_mut(t);
+        st.held = true;
+        st.local = true;
     }
 
     /// `t` is never released by this stretch (the caller keeps it).
@@ -427,6 +444,7 @@ impl Tape {
             passthrough: spec.passthrough,
             grad_in_saved: spec.grad_in_saved,
             grad_view: spec.grad_view,
+            grad_views: spec.grad_views,
             tied_grad: if spec.weights_rg { spec.tied_grad } else { 0.0 },
             tied_in_place: spec.tied_in_place,
             tied_head: spec.tied_head,
@@ -732,7 +750,11 @@ impl Tape {
                     st.cat,
                     st.bytes,
                     st.name,
-                    "held input",
+                    if st.local {
+                        "model local"
+                    } else {
+                        "held input"
+                    },
                     Local::Storage(s as u32),
                 );
             }
@@ -783,13 +805,6 @@ impl Tape {
                 }
             }
         }
-        // (op, storage) pairs, walked from the last op down.
-        let mut release: Vec<(usize, usize)> = first_saver
-            .iter()
-            .enumerate()
-            .filter_map(|(s, fs)| fs.map(|i| (i, s)))
-            .collect();
-        crate::order::sort(&mut release);
         if self.tensors[out].rg {
             gbuf.push(GBuf {
                 bytes: self.tensors[out].bytes,
@@ -879,10 +894,29 @@ impl Tape {
                             pending[npending] = (t, g);
                             npending += 1;
                         }
-                        (None, true) => {
+                        (None, _) if op.grad_views => {
                             let g = first_in;
                             gbuf[g].refs += 1;
                             grad_of[t] = Some(g);
+                        }
+                        (None, true) if b == gbuf[first_in].bytes => {
+                            let g = first_in;
+                            gbuf[g].refs += 1;
+                            grad_of[t] = Some(g);
+                        }
+                        (None, true) => {
+                            // An input of another dtype or a broadcast one: autograd casts
+                            // or sums the gradient to its shape, a new tensor
+                            // (`validate_outputs`).
+                            gbuf.push(GBuf {
+                                bytes: b,
+                                refs: 1,
+                                cat: grad_cat(t),
+                                view: false,
+                            });
+                            let g = Local::Grad((gbuf.len() - 1) as u32);
+                            m.add(grad_cat(t), b, op.name, "grad of input", g);
+                            grad_of[t] = Some(gbuf.len() - 1);
                         }
                         (None, false) => {
                             let reuse = op.saved.iter().next().map(|&x| self.tensors[x].storage);
@@ -981,12 +1015,12 @@ impl Tape {
                     }
                 }
             }
-            while let Some(&(j, s)) = release.last() {
-                if j != i {
-                    break;
-                }
-                release.pop();
-                if alive[s] && !self.storages[s].kept {
+            // What this op was the last to need goes, in the order the op saved it (autograd
+            // releases a node's saved tensors last argument first: `mm`'s weight before its
+            // input, `mul`'s other operand before self, which the ops list first).
+            for &t in op.saved.iter() {
+                let s = self.tensors[t].storage;
+                if first_saver[s] == Some(i) && alive[s] && !self.storages[s].kept {
                     alive[s] = false;
                     m.sub(
                         self.storages[s].cat,

@@ -53,98 +53,121 @@ fn median_and_worst(mut errs: Vec<f64>) -> (f64, f64) {
 /// The goals: median |error| 1 %, every run 4 %.
 const MEDIAN_GOAL: f64 = 0.01;
 const WORST_GOAL: f64 = 0.04;
-/// What the replay reaches on its worst runs, the two above the goal: llama3.2-1b bf16,
-/// batch 1 × 2048, where the replay makes one 1 GiB segment for the loss in the last step that
-/// PyTorch did not need (+6.9 %; the same allocator rules replayed over PyTorch's own events
-/// for that run, from tools/alloc/trace.py, land within 0.2 %: the excess comes from the
-/// engine's events, which group some ops' temporaries — a rotary embedding's, a norm's
-/// backward — into one allocation), and llama3.2-1b under autocast, batch 2 × 2048, where it
-/// finds room for two 1 GiB fp32 loss buffers that PyTorch put in new segments (−6.0 %).
-const WORST_REACHED: f64 = 0.075;
 
-#[test]
-fn reserved_peaks_of_the_h100_runs() {
+/// Each run's error replayed alone (a fresh process, as `estimate` replays it) and in
+/// measure.py's order (every run through one allocator, the cache emptied between runs,
+/// cuBLAS's workspaces taken in the first and kept): `(name, alone, in order)`.
+///
+/// The measurements are of the process in order, so that is what the goals hold to: the
+/// segments the first run leaves around its workspaces (GPT-2's freed tied head, 148 MiB,
+/// holds both) shape every later run. A run's own replay may miss where its measured figure
+/// owes to them: llama3.2-1b under autocast, batch 2 × 2048, reserves one 2 GiB fp32 loss
+/// buffer more in measure.py's process than alone (PyTorch's own events for it, from
+/// tools/alloc/trace.py, replayed through the same rules: −5.95 % alone, −0.01 % in order;
+/// the engine's: −5.96 % and −0.01 %). Such a run must then meet the goal in order.
+fn errors(
+    measured: impl Fn(&Value) -> Option<u64>,
+    predicted: impl Fn(&gpumem::Estimate) -> u64,
+    in_order: impl Fn(&gpumem::alloc::stream::Outcome, &gpumem::Estimate) -> u64,
+) -> Vec<(String, f64, f64)> {
     let runs = runs();
     let scenarios: Vec<Scenario> = runs.iter().map(|r| r.1.clone()).collect();
-    // measure.py's process: every run in order through one allocator, the cache emptied
-    // between runs, cuBLAS's workspaces taken in the first and kept.
     let process = gpumem::alloc::stream::replay_process(&scenarios);
-    let (mut alone, mut together) = (Vec::new(), Vec::new());
-    let mut table = String::new();
+    let mut out = Vec::new();
     for ((name, s, m), p) in runs.iter().zip(&process) {
-        if m["kind"] != "train" {
-            // Generation runs measured no reserved memory.
-            continue;
-        }
-        let Some(want) = m["peak_reserved"].as_u64() else {
-            // The run that did not fit: the replay runs out of memory too.
-            assert_eq!(m["oom"], true, "{name}");
-            assert!(p.unwrap().oom.is_some(), "{name}: the replay fits");
-            assert!(!estimate(s).unwrap().fits, "{name}");
+        let Some(want) = measured(m) else {
             continue;
         };
         let e = estimate(s).unwrap();
         assert!(e.reserved_replayed, "{name}");
-        assert!(e.peak_reserved_bytes >= e.peak_bytes, "{name}");
-        let a = e.peak_reserved_bytes as f64 / want as f64 - 1.0;
-        let t = p.unwrap().stats.peak_reserved as f64 / want as f64 - 1.0;
-        alone.push(a);
-        together.push(t);
+        let a = predicted(&e) as f64 / want as f64 - 1.0;
+        let t = in_order(p.as_ref().unwrap(), &e) as f64 / want as f64 - 1.0;
+        out.push((name.clone(), a, t));
+    }
+    out
+}
+
+/// The goals over `errs`: in measure.py's order, median and every run; alone, the median,
+/// and every run but one whose miss the process explains (it meets the goal in order).
+fn check_goals(what: &str, errs: &[(String, f64, f64)]) {
+    let mut table = String::new();
+    for (name, a, t) in errs {
         table += &format!(
             "{name:55} alone {:+6.2} %   in order {:+6.2} %\n",
             a * 100.0,
             t * 100.0
         );
     }
-    assert_eq!(alone.len(), 30);
-    let (am, aw) = median_and_worst(alone);
-    let (tm, tw) = median_and_worst(together);
+    let (am, aw) = median_and_worst(errs.iter().map(|e| e.1).collect());
+    let (tm, tw) = median_and_worst(errs.iter().map(|e| e.2).collect());
     eprintln!(
-        "{table}each run alone: median {:.2} %, worst {:.2} %; the process in order: median {:.2} %, worst {:.2} %",
+        "{what}\n{table}each run alone: median {:.2} %, worst {:.2} %; the process in order: median {:.2} %, worst {:.2} %",
         am * 100.0,
         aw * 100.0,
         tm * 100.0,
         tw * 100.0
     );
-    assert!(am <= MEDIAN_GOAL && tm <= MEDIAN_GOAL, "{table}");
-    let above: Vec<&str> = table
-        .lines()
-        .filter(|l| {
-            l.split_whitespace()
-                .filter_map(|w| w.parse::<f64>().ok())
-                .any(|x| x.abs() > WORST_GOAL * 100.0)
-        })
+    assert!(
+        tm <= MEDIAN_GOAL && tw <= WORST_GOAL,
+        "{what}: in order\n{table}"
+    );
+    assert!(am <= MEDIAN_GOAL, "{what}: alone\n{table}");
+    let missed: Vec<&String> = errs
+        .iter()
+        .filter(|e| e.1.abs() > WORST_GOAL)
+        .map(|e| &e.0)
         .collect();
-    eprintln!("above the {} % goal: {above:#?}", WORST_GOAL * 100.0);
-    assert!(aw <= WORST_REACHED && tw <= WORST_REACHED, "{table}");
-    assert!(above.len() <= 3, "{above:#?}");
+    eprintln!(
+        "{what}: alone above the {} % goal: {missed:?}",
+        WORST_GOAL * 100.0
+    );
+    assert!(missed.len() <= 1, "{what}: {missed:?}");
+}
+
+#[test]
+fn reserved_peaks_of_the_h100_runs() {
+    // The run that did not fit runs out of memory in the replay too.
+    let runs = runs();
+    let scenarios: Vec<Scenario> = runs.iter().map(|r| r.1.clone()).collect();
+    let process = gpumem::alloc::stream::replay_process(&scenarios);
+    for ((name, s, m), p) in runs.iter().zip(&process) {
+        if m["kind"] == "train" && m["peak_reserved"].as_u64().is_none() {
+            assert_eq!(m["oom"], true, "{name}");
+            assert!(p.unwrap().oom.is_some(), "{name}: the replay fits");
+            assert!(!estimate(s).unwrap().fits, "{name}");
+        }
+    }
+    let errs = errors(
+        |m| m["peak_reserved"].as_u64().filter(|_| m["kind"] == "train"),
+        |e| {
+            assert!(e.peak_reserved_bytes >= e.peak_bytes);
+            e.peak_reserved_bytes
+        },
+        |o, _| o.stats.peak_reserved,
+    );
+    // Generation runs measured no reserved memory.
+    assert_eq!(errs.len(), 30);
+    check_goals("reserved peak", &errs);
 }
 
 /// nvidia-smi: the reserved memory and the CUDA context against `mem_get_info`'s used bytes
 /// at the end of each run (what measure.py recorded as `device_used_now`).
 #[test]
 fn device_use_of_the_h100_runs() {
-    let mut errs = Vec::new();
-    for (name, s, m) in runs() {
-        let Some(used) = m["device_used_now"].as_u64() else {
-            continue;
-        };
+    for (name, s, _) in runs() {
         let e = estimate(&s).unwrap();
         assert_eq!(
             e.device_bytes,
             e.peak_bytes + e.allocator_reserve_bytes + e.cuda_context_bytes + e.managed_bytes,
             "{name}"
         );
-        errs.push(e.device_bytes as f64 / used as f64 - 1.0);
     }
-    let (median, worst) = median_and_worst(errs);
-    eprintln!(
-        "nvidia-smi: median {:.2} %, worst {:.2} %",
-        median * 100.0,
-        worst * 100.0
+    let errs = errors(
+        |m| m["device_used_now"].as_u64(),
+        |e| e.device_bytes,
+        |o, e| o.stats.reserved.max(e.peak_bytes) + e.cuda_context_bytes + e.managed_bytes,
     );
-    assert!(median <= MEDIAN_GOAL, "{median}");
-    assert!(worst <= WORST_REACHED, "{worst}");
+    check_goals("nvidia-smi", &errs);
 }
 
 /// An op's workspace is not allocated and freed block by block in the estimate (its effect

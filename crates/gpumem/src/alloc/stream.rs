@@ -21,6 +21,9 @@ pub(crate) enum Kind {
     Free,
     /// A free at the end of the forward of what the model's code held ("held input").
     Held,
+    /// A free at the end of the embedding's forward of what a local of the model's forward
+    /// holds to its end ("model local": the eager attention mask).
+    Local,
     /// A workspace: allocated and freed while one op runs.
     Temp,
     /// Parameter gradients left in `.grad` (freed by `zero_grad`); `id` is the op.
@@ -122,6 +125,7 @@ impl Script {
                 (Local::ParamGrad(_), true) => Kind::ParamGrad,
                 (_, true) => Kind::Alloc,
                 (_, false) if e.role == "held input" => Kind::Held,
+                (_, false) if e.role == "model local" => Kind::Local,
                 (_, false) => Kind::Free,
             };
             if kind == Kind::Alloc && id == sc.output && bwd.is_none() && sc.out_bytes == 0 {
@@ -392,6 +396,15 @@ impl Runner {
         Ok(h)
     }
 
+    /// The allocation just logged is a cuBLAS workspace (`a ID BYTES workspace`), which
+    /// stays for the process's life.
+    fn mark_workspace(&mut self) {
+        if !self.logging() {
+        } else if let Some(l) = self.log.as_mut().and_then(|x| x.0.last_mut()) {
+            l.push_str(" workspace");
+        }
+    }
+
     /// In the measured step, the state at each new high of allocated memory.
     fn track(&mut self) {
         self.count += 1;
@@ -461,6 +474,7 @@ impl Runner {
         let mut grads: Vec<(usize, u32, u32)> = Vec::new();
         let mut leftovers: Vec<u32> = Vec::new();
         let mut deferred: Vec<u32> = Vec::new();
+        let mut locals: Vec<u32> = Vec::new();
         let mut states: Vec<u32> = Vec::new();
         let last_inst = insts.len().saturating_sub(1);
         for step in 0..plan.steps {
@@ -489,6 +503,9 @@ impl Runner {
                         for h in std::mem::take(&mut deferred) {
                             self.free(h);
                         }
+                        for h in std::mem::take(&mut locals) {
+                            self.free(h);
+                        }
                     }
                     if let Some(i) = sc.input {
                         tbl[it.base + i as usize] = prev;
@@ -498,6 +515,10 @@ impl Runner {
                         match e.kind {
                             Kind::Alloc => tbl[slot] = self.malloc(e.bytes)?,
                             Kind::Temp => self.temp(e.bytes)?,
+                            Kind::Local => {
+                                locals.push(tbl[slot]);
+                                tbl[slot] = NIL;
+                            }
                             Kind::Free | Kind::Held => {
                                 let is_input = sc.input == Some(e.id);
                                 if k == 0 && is_input {
@@ -527,6 +548,7 @@ impl Runner {
                             self.owner = other;
                             let h = self.malloc(plan.workspace)?;
                             self.kept_ws.push(h);
+                            self.mark_workspace();
                             self.owner = k;
                         }
                     }
@@ -537,7 +559,7 @@ impl Runner {
                     }
                 }
                 // The model's forward returns: what it held goes, and autocast's cache.
-                for h in deferred.drain(..) {
+                for h in deferred.drain(..).chain(locals.drain(..)) {
                     self.free(h);
                 }
                 for it in &insts {
@@ -575,7 +597,7 @@ impl Runner {
                         match e.kind {
                             Kind::Alloc => tbl[slot] = self.malloc(e.bytes)?,
                             Kind::Temp => self.temp(e.bytes)?,
-                            Kind::Free | Kind::Held => {
+                            Kind::Free | Kind::Held | Kind::Local => {
                                 if k == 0 && sc.input == Some(e.id) {
                                     continue;
                                 }
@@ -607,6 +629,7 @@ impl Runner {
                             self.owner = other;
                             let h = self.malloc(plan.workspace)?;
                             self.kept_ws.push(h);
+                            self.mark_workspace();
                             self.owner = k;
                         }
                     }
@@ -773,7 +796,7 @@ pub fn events(s: &crate::Scenario) -> Option<(Outcome, Vec<String>)> {
         crate::tape::Mode::Normal
     };
     let st = crate::step::Stretches::traced(&ctx, mode, crate::tape::Grads::New);
-    replay_train_logged(s, arch, &st, st.embeds_hold > 0.0, true)
+    replay_train_logged(s, arch, &st, st.embeds_held, true)
 }
 
 fn replay_train_logged(
@@ -912,7 +935,7 @@ pub fn segments_at_peak(s: &crate::Scenario) -> Option<Vec<super::Segment>> {
         crate::tape::Mode::Normal
     };
     let st = crate::step::Stretches::traced(&ctx, mode, crate::tape::Grads::New);
-    let (seq, plan, _, _) = prepare(s, arch, &st, st.embeds_hold > 0.0)?;
+    let (seq, plan, _, _) = prepare(s, arch, &st, st.embeds_held)?;
     let mut first = Runner::new(config(s));
     run_one(&mut first, &seq, &plan);
     let mut again = Runner::new(config(s));
@@ -946,7 +969,7 @@ pub fn replay_process(runs: &[crate::Scenario]) -> Vec<Option<Outcome>> {
             crate::tape::Mode::Normal
         };
         let st = crate::step::Stretches::traced(&ctx, mode, crate::tape::Grads::New);
-        let Some((seq, plan, keep, total)) = prepare(s, arch, &st, st.embeds_hold > 0.0) else {
+        let Some((seq, plan, keep, total)) = prepare(s, arch, &st, st.embeds_held) else {
             out.push(None);
             continue;
         };
