@@ -76,6 +76,13 @@ impl<'e> Meter<'e> {
         self.live.add(cat, -b);
         self.record(cat, -b, what, role, id);
     }
+    /// Record the current point as a candidate peak.
+    fn mark_now(&mut self, what: &'static str) {
+        if self.live.total() > self.peak.total() {
+            self.peak = self.live;
+            self.at = what;
+        }
+    }
     /// Record the current point (plus a transient) as a candidate peak.
     fn mark(&mut self, transient: Bytes, what: &'static str) {
         let now = self.live.plus(transient);
@@ -727,7 +734,11 @@ impl Tape {
                     );
                 }
             }
-            m.mark(Bytes::of(Cat::Temporaries, op.fwd_temp), op.name);
+            if op.fwd_temp > 0.0 {
+                m.mark(Bytes::of(Cat::Temporaries, op.fwd_temp), op.name);
+            } else {
+                m.mark_now(op.name);
+            }
             for &t in op.inputs.iter().chain(op.outputs.iter()) {
                 let s = self.tensors[t].storage;
                 let used_later = last_use[s].is_some_and(|u| u > i);
@@ -977,7 +988,7 @@ impl Tape {
                         ),
                         _ => temp += op.param_grads,
                     }
-                    m.mark(Bytes::default(), op.name);
+                    m.mark_now(op.name);
                     m.sub(
                         Cat::Temporaries,
                         op.param_last,
@@ -986,14 +997,20 @@ impl Tape {
                         Local::Grad(p as u32),
                     );
                 }
-                m.mark(Bytes::of(Cat::Temporaries, temp), op.name);
+                if temp > 0.0 {
+                    m.mark(Bytes::of(Cat::Temporaries, temp), op.name);
+                } else {
+                    m.mark_now(op.name);
+                }
                 let mut stack = [usize::MAX; 4];
                 for (k, &b) in op.bwd_stack.iter().enumerate() {
                     if b > 0.0 {
                         stack[k] = own(&mut gbuf, m, b, "temporary");
                     }
                 }
-                m.mark(Bytes::default(), op.name);
+                if stack.iter().any(|&g| g != usize::MAX) {
+                    m.mark_now(op.name);
+                }
                 for &g in stack.iter().rev().chain(pre.iter().rev()) {
                     if g != usize::MAX {
                         m.sub(
@@ -1048,7 +1065,7 @@ impl Tape {
                     m.sub(tmp, tg, op.name, "tied weight's gradient", id)
                 };
                 if op.tied_in_place {
-                    m.mark(Bytes::default(), op.name);
+                    m.mark_now(op.name);
                     new(m);
                     if new_grad {
                         m.recat(tmp, Cat::Gradients, tg);
@@ -1073,7 +1090,7 @@ impl Tape {
                         "tied weight's gradient"
                     };
                     m.add(tmp, tg, op.name, role, id);
-                    m.mark(Bytes::default(), op.name);
+                    m.mark_now(op.name);
                     earlier(m);
                     new(m);
                     if new_grad {
@@ -1095,7 +1112,7 @@ impl Tape {
                     let sum = gbuf.len() - 1;
                     let (b, c) = (gbuf[sum].bytes, gbuf[sum].cat);
                     m.add(c, b, op.name, "grad of input", Local::Grad(sum as u32));
-                    m.mark(Bytes::default(), op.name);
+                    m.mark_now(op.name);
                     grad_of[t] = Some(sum);
                     gbuf[g].refs -= 1;
                     if gbuf[g].refs == 0 {
