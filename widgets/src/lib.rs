@@ -23,6 +23,9 @@ pub mod parallelism;
 pub mod parts;
 pub mod precision;
 pub mod quantity;
+/// Drawn when the book is built, not hydrated (it would cost the wasm a second replay's code).
+#[cfg(not(target_arch = "wasm32"))]
+pub mod segments;
 pub mod store;
 pub mod sweep;
 pub mod timeline;
@@ -67,7 +70,8 @@ impl Knobs {
         gpumem::knobs::scenario(self.0.iter().map(|(k, v)| (k.as_str(), v.as_str())))
     }
 
-    /// The engine's estimate for these knobs. The last few are remembered: a page's widgets
+    /// The engine's estimate for these knobs, the caching allocator not replayed. The last
+    /// few are remembered: a page's widgets
     /// (a bar, a timeline, a breakdown, formulas and values, each its own app) ask for the same
     /// scenario, and a sweep asks again for its points when it is redrawn.
     pub fn estimate(&self) -> gpumem::Result<gpumem::Estimate> {
@@ -83,7 +87,14 @@ impl Knobs {
         }) {
             return hit;
         }
-        let e = self.scenario().and_then(|s| gpumem::estimate(&s));
+        // The caching allocator is not replayed here, in the book's build as in the browser
+        // (whose wasm does not carry the replay): a widget shows the same figures before and
+        // after hydration. The book's replayed figures are drawn at build time instead
+        // (`segments`, and the `value`s of reserved memory).
+        let e = self.scenario().and_then(|mut s| {
+            s.allocator.replay = false;
+            gpumem::estimate(&s)
+        });
         RECENT.with(|r| {
             let mut r = r.borrow_mut();
             if r.len() >= ESTIMATES_REMEMBERED {
@@ -163,6 +174,7 @@ pub const RENDERED: &[&str] = &[
     "zero",
     "precision",
     "parallelism",
+    "segments",
 ];
 
 /// Widgets that sit inside a sentence (their host is a `span`).
@@ -191,6 +203,7 @@ pub fn render(init: &Init) -> Result<String, String> {
         "zero" => ssr::<zero::Zero>(init),
         "precision" => ssr::<precision::PrecisionPanel>(init),
         "parallelism" => ssr::<parallelism::Parallelism>(init),
+        "segments" => ssr::<segments::Segments>(init),
         other => {
             return Err(format!(
                 "the {other} widget is not built yet (built: {})",

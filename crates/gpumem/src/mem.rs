@@ -293,12 +293,29 @@ impl Where {
 /// An allocation or a free, for the op-level timeline and the allocator model.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Event {
-    /// Positive: allocated; negative: freed.
+    /// Positive: allocated; negative: freed; zero: a marker (see [`Local`]).
     pub bytes: f64,
     pub cat: Cat,
     pub at: Where,
     /// What the tensor is ("input saved for backward", "output", "grad of input").
     pub role: &'static str,
+    /// Which tensor, within the stretch replayed.
+    pub id: Local,
+}
+
+/// Which tensor an [`Event`] allocates or frees, within the stretch a tape replays: the
+/// allocator model ([`crate::alloc`]) follows identities, since which block is freed decides
+/// what merges.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Local {
+    /// Storage `i` of the tape (its external inputs and its output included).
+    Storage(u32),
+    /// Gradient buffer `i` of the backward (0: the output's, when it requires grad).
+    Grad(u32),
+    /// The parameter gradients op `i`'s backward leaves in `.grad`.
+    ParamGrad(u32),
+    /// A workspace alive while one op runs.
+    Temp,
 }
 
 #[cfg(test)]

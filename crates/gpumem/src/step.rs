@@ -30,6 +30,18 @@ pub(crate) struct Stretches {
     /// The first layer keeps its input until its backward (otherwise the input is freed
     /// during the layer's forward).
     pub input_kept: bool,
+    /// Every allocation and free of each stretch, with identities, for the allocator model
+    /// (made only when asked for: [`Stretches::traced`]).
+    pub scripts: Option<Scripts>,
+}
+
+/// The event scripts of a model's stretches ([`crate::alloc::stream`]).
+pub(crate) struct Scripts {
+    pub emb: crate::alloc::stream::Script,
+    pub layers: Vec<crate::alloc::stream::Script>,
+    pub head: crate::alloc::stream::Script,
+    /// Absent in inference (the head's stretch ends with the logits).
+    pub loss: Option<crate::alloc::stream::Script>,
 }
 
 impl tape::Mode {
@@ -46,9 +58,31 @@ impl Stretches {
     /// Replay each stretch once. `grads` says what becomes of the parameter gradients the
     /// backward computes.
     pub(crate) fn new(ctx: &Ctx<'_>, mode: tape::Mode, grads: Grads) -> Stretches {
+        Self::build::<false>(ctx, mode, grads)
+    }
+
+    /// As [`Stretches::new`], keeping each stretch's events for the allocator model.
+    pub(crate) fn traced(ctx: &Ctx<'_>, mode: tape::Mode, grads: Grads) -> Stretches {
+        Self::build::<true>(ctx, mode, grads)
+    }
+
+    /// `TRACE` is a constant so that a build that never traces (the widgets' wasm) carries
+    /// no tracing code.
+    fn build<const TRACE: bool>(ctx: &Ctx<'_>, mode: tape::Mode, grads: Grads) -> Stretches {
+        use crate::alloc::stream::Script;
         let a = ctx.arch;
         let h = a.hidden as f64;
-        let run = |b: &Builder<'_, '_>, m: tape::Mode| b.tape.replay(m, grads, None);
+        let scripts = std::cell::RefCell::new(Vec::<Script>::new());
+        let run = |b: &Builder<'_, '_>, m: tape::Mode| {
+            if TRACE {
+                let mut ev = Vec::new();
+                let p = b.tape.replay(m, grads, Some(&mut ev));
+                scripts.borrow_mut().push(Script::new(&ev));
+                p
+            } else {
+                b.tape.replay(m, grads, None)
+            }
+        };
         let mut pre = Builder::new(ctx);
         let first = pre.embedding();
         let first_rg = pre.tape.requires_grad(first);
@@ -78,6 +112,17 @@ impl Stretches {
             // generate(): the last position's logits.
             hb.head(x);
             let head = run(&hb, tape::Mode::NoGrad);
+            let scripts = TRACE.then(|| {
+                let mut v = scripts.take();
+                let head = v.pop().expect("head traced");
+                let emb = v.remove(0);
+                Scripts {
+                    emb,
+                    layers: v,
+                    head,
+                    loss: None,
+                }
+            });
             return Stretches {
                 emb,
                 layers,
@@ -88,6 +133,7 @@ impl Stretches {
                 embeds_hold: ctx.t * h * if ctx.autocast { 4.0 } else { ctx.c.bytes() },
                 kept: Bytes::default(),
                 input_kept: false,
+                scripts,
             };
         }
         let (logits, logits_dtype) = hb.head_logits(x);
@@ -105,6 +151,18 @@ impl Stretches {
         let l = lb.input_bytes(logits_bytes, logits_dtype, logits_rg, cat);
         lb.loss(l);
         let loss = run(&lb, tape::Mode::Normal.or_nograd(mode));
+        let scripts = TRACE.then(|| {
+            let mut v = scripts.take();
+            let loss = v.pop().expect("loss traced");
+            let head = v.pop().expect("head traced");
+            let emb = v.remove(0);
+            Scripts {
+                emb,
+                layers: v,
+                head,
+                loss: Some(loss),
+            }
+        });
         // The layer input is freed during the layer's forward unless a saved tensor is it.
         let l0 = &layers[0];
         let input_kept = l0.input_kept;
@@ -130,6 +188,7 @@ impl Stretches {
                 crate::scenario::Loss::Standard => Bytes::of(Cat::Logits, logits_bytes),
                 crate::scenario::Loss::Fused => Bytes::default(),
             },
+            scripts,
         }
     }
 }

@@ -13,7 +13,7 @@
 pub type Tid = usize;
 
 use crate::dtype::DType;
-pub use crate::mem::{Bytes, Cat, Event, Seg, Where, NCAT};
+pub use crate::mem::{Bytes, Cat, Event, Local, Seg, Where, NCAT};
 
 /// Running memory with its high-water mark (the breakdown there, and the op running), and
 /// optionally every allocation and free.
@@ -33,7 +33,7 @@ impl<'e> Meter<'e> {
             trace,
         }
     }
-    fn record(&mut self, cat: Cat, b: f64, what: &'static str, role: &'static str) {
+    fn record(&mut self, cat: Cat, b: f64, what: &'static str, role: &'static str, id: Local) {
         if let Some(t) = self.trace.as_deref_mut() {
             if b != 0.0 {
                 t.push(Event {
@@ -44,17 +44,31 @@ impl<'e> Meter<'e> {
                         ..Where::default()
                     },
                     role,
+                    id,
                 });
             }
         }
     }
-    fn add(&mut self, cat: Cat, b: f64, what: &'static str, role: &'static str) {
-        self.live.add(cat, b);
-        self.record(cat, b, what, role);
+    /// A zero-byte event that says what `id` is for the allocator model (the stretch's
+    /// input, its output, a tensor the caller frees).
+    fn marker(&mut self, id: Local, role: &'static str) {
+        if let Some(t) = self.trace.as_deref_mut() {
+            t.push(Event {
+                bytes: 0.0,
+                cat: Cat::Temporaries,
+                at: Where::default(),
+                role,
+                id,
+            });
+        }
     }
-    fn sub(&mut self, cat: Cat, b: f64, what: &'static str, role: &'static str) {
+    fn add(&mut self, cat: Cat, b: f64, what: &'static str, role: &'static str, id: Local) {
+        self.live.add(cat, b);
+        self.record(cat, b, what, role, id);
+    }
+    fn sub(&mut self, cat: Cat, b: f64, what: &'static str, role: &'static str, id: Local) {
         self.live.add(cat, -b);
-        self.record(cat, -b, what, role);
+        self.record(cat, -b, what, role, id);
     }
     /// Record the current point (plus a transient) as a candidate peak.
     fn mark(&mut self, transient: Bytes, what: &'static str) {
@@ -67,8 +81,8 @@ impl<'e> Meter<'e> {
             for c in Cat::ALL {
                 let b = transient.get(c);
                 if b > 0.0 {
-                    self.record(c, b, what, "workspace");
-                    self.record(c, -b, what, "workspace");
+                    self.record(c, b, what, "workspace", Local::Temp);
+                    self.record(c, -b, what, "workspace", Local::Temp);
                 }
             }
         }
@@ -431,7 +445,21 @@ impl Tape {
         let is_saved = self.saved_storages();
         let (fm_seg, alive_fwd) = {
             let mut fm = Meter::new(trace.as_deref_mut());
+            for (s, st) in self.storages.iter().enumerate() {
+                if st.external {
+                    fm.marker(Local::Storage(s as u32), "input");
+                }
+            }
             let alive = self.forward(&mut fm, saving, mode == Mode::Checkpointed, &is_saved);
+            fm.marker(Local::Storage(out_storage as u32), "output");
+            for (s, st) in self.storages.iter().enumerate() {
+                if alive[s] && st.cached && !(saving && is_saved[s]) {
+                    fm.marker(Local::Storage(s as u32), "autocast cache");
+                }
+                if alive[s] && st.kept {
+                    fm.marker(Local::Storage(s as u32), "kept");
+                }
+            }
             (fm.seg(Bytes::default()), alive)
         };
         prof.fwd = fm_seg;
@@ -453,6 +481,7 @@ impl Tape {
                     ..Where::default()
                 },
                 role: "",
+                id: Local::Temp,
             });
         }
         let grad_out = if self.tensors[out].rg {
@@ -478,18 +507,37 @@ impl Tape {
                     }
                 }
                 if alive[out_storage] && !self.storages[out_storage].kept {
-                    m.sub(out_cat, self.storages[out_storage].bytes, out_name, "");
+                    let b = self.storages[out_storage].bytes;
+                    m.sub(out_cat, b, out_name, "", Local::Storage(out_storage as u32));
                     alive[out_storage] = false;
                 }
-                m.add(Cat::Temporaries, grad_out, out_name, "grad of output");
+                m.add(
+                    Cat::Temporaries,
+                    grad_out,
+                    out_name,
+                    "grad of output",
+                    Local::Grad(0),
+                );
                 start = m.live;
                 m.trace = trace;
+                if grad_out > 0.0 {
+                    m.marker(Local::Grad(0), "grad of output");
+                }
             }
             _ => {
                 // Checkpointed: the held input and the output's grad; recompute with saving.
-                m.add(Cat::Temporaries, grad_out, out_name, "grad of output");
+                m.add(
+                    Cat::Temporaries,
+                    grad_out,
+                    out_name,
+                    "grad of output",
+                    Local::Grad(0),
+                );
                 start = m.live;
                 m.trace = trace;
+                if grad_out > 0.0 {
+                    m.marker(Local::Grad(0), "grad of output");
+                }
                 let base = m.live;
                 m.live = Bytes::default();
                 m.peak = Bytes::default();
@@ -498,13 +546,21 @@ impl Tape {
                 m.live = base.plus(m.live);
                 alive = a;
                 if alive[out_storage] && !self.storages[out_storage].kept {
-                    m.sub(out_cat, self.storages[out_storage].bytes, out_name, "");
+                    let b = self.storages[out_storage].bytes;
+                    m.sub(out_cat, b, out_name, "", Local::Storage(out_storage as u32));
                     alive[out_storage] = false;
                 }
             }
         }
         m.mark(Bytes::default(), out_name);
-        self.backward(&mut alive, &mut m, out, grads);
+        let grad_of = self.backward(&mut alive, &mut m, out, grads);
+        for (t, g) in grad_of.iter().enumerate() {
+            if let Some(g) = g {
+                if self.storages[self.tensors[t].storage].external {
+                    m.marker(Local::Grad(*g as u32), "grad of input");
+                }
+            }
+        }
         if mode == Mode::Checkpointed {
             // The checkpoint releases its held input after the stretch's backward.
             for (s, st) in self.storages.iter().enumerate() {
@@ -514,6 +570,7 @@ impl Tape {
                         st.bytes,
                         "checkpoint",
                         "input held by the checkpoint",
+                        Local::Storage(s as u32),
                     );
                 }
             }
@@ -579,6 +636,7 @@ impl Tape {
                         self.storages[s].bytes,
                         op.name,
                         role(s),
+                        Local::Storage(s as u32),
                     );
                 }
             }
@@ -593,6 +651,7 @@ impl Tape {
                         self.storages[s].bytes,
                         self.storages[s].name,
                         role(s),
+                        Local::Storage(s as u32),
                     );
                 }
             }
@@ -600,7 +659,13 @@ impl Tape {
         for (s, st) in self.storages.iter().enumerate() {
             if alive[s] && st.held && !keep(s) {
                 alive[s] = false;
-                m.sub(st.cat, st.bytes, st.name, "held input");
+                m.sub(
+                    st.cat,
+                    st.bytes,
+                    st.name,
+                    "held input",
+                    Local::Storage(s as u32),
+                );
             }
         }
         alive
@@ -609,7 +674,14 @@ impl Tape {
     /// Backward replay (saved tensors alive as in `alive`, the grad of `out` present).
     /// Gradient buffers are refcounted: an add hands the same buffer to both its inputs, as
     /// autograd does.
-    fn backward(&self, alive: &mut [bool], m: &mut Meter<'_>, out: Tid, grads: Grads) {
+    /// Returns the gradient buffer each tensor is left with (its inputs' gradients).
+    fn backward(
+        &self,
+        alive: &mut [bool],
+        m: &mut Meter<'_>,
+        out: Tid,
+        grads: Grads,
+    ) -> Vec<Option<usize>> {
         let nt = self.tensors.len();
         // (bytes, refs, category): the grad of a logits tensor counts as logits.
         let mut gbuf: Vec<(f64, u32, Cat)> = Vec::new();
@@ -649,6 +721,7 @@ impl Tape {
                         op.param_grads,
                         op.name,
                         "parameter gradient",
+                        Local::ParamGrad(i as u32),
                     ),
                     Grads::Accumulate | Grads::IntoBuffer => temp += op.param_grads,
                 }
@@ -680,6 +753,7 @@ impl Tape {
                                         self.storages[s].bytes,
                                         op.name,
                                         "saved for backward",
+                                        Local::Storage(s as u32),
                                     );
                                     gbuf.push((self.storages[s].bytes, 1, grad_cat(t)));
                                     m.add(
@@ -687,11 +761,13 @@ impl Tape {
                                         self.storages[s].bytes,
                                         op.name,
                                         "grad of input",
+                                        Local::Grad((gbuf.len() - 1) as u32),
                                     );
                                 }
                                 _ => {
                                     gbuf.push((b, 1, grad_cat(t)));
-                                    m.add(grad_cat(t), b, op.name, "grad of input");
+                                    let g = Local::Grad((gbuf.len() - 1) as u32);
+                                    m.add(grad_cat(t), b, op.name, "grad of input", g);
                                 }
                             }
                             grad_of[t] = Some(gbuf.len() - 1);
@@ -703,7 +779,8 @@ impl Tape {
                     if let Some(g) = grad_of[t].take() {
                         gbuf[g].1 -= 1;
                         if gbuf[g].1 == 0 {
-                            m.sub(gbuf[g].2, gbuf[g].0, op.name, "grad of output");
+                            let id = Local::Grad(g as u32);
+                            m.sub(gbuf[g].2, gbuf[g].0, op.name, "grad of output", id);
                         }
                     }
                 }
@@ -720,10 +797,12 @@ impl Tape {
                         self.storages[s].bytes,
                         self.storages[s].name,
                         "saved for backward",
+                        Local::Storage(s as u32),
                     );
                 }
             }
         }
+        grad_of
     }
 }
 

@@ -94,7 +94,7 @@ fn check(e: &Estimate) -> Result<(), TestCaseError> {
     prop_assert!((e.peak_bytes as f64) <= MAX_BYTES);
     prop_assert_eq!(
         e.device_bytes,
-        e.peak_bytes + e.allocator_reserve_bytes + e.cuda_context_bytes
+        e.peak_bytes + e.allocator_reserve_bytes + e.cuda_context_bytes + e.managed_bytes
     );
     prop_assert_eq!(
         e.fits,
