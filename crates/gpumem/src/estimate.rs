@@ -1078,16 +1078,9 @@ fn rank_step(
     base.add(Cat::Optimizer, optim);
     let m = par.grad_accum;
     let h = a.hidden as f64;
-    // Pipeline stages: the tensor a chunk receives and sends.
-    // (Megatron holds its parameters and its residual stream in the compute dtype, autocast
-    // or not.)
-    let act = ctx.tsp
-        * h
-        * if ctx.autocast && !ctx.megatron {
-            4.0
-        } else {
-            ctx.c.bytes()
-        };
+    // Pipeline stages: the tensor a chunk receives and sends, the residual stream (fp32
+    // under autocast: the parameters, so the embedding's output, are fp32).
+    let act = ctx.tsp * h * if ctx.autocast { 4.0 } else { ctx.c.bytes() };
     if pp > 1 && !megatron {
         // torch.distributed.pipelining: one receive buffer per micro-batch for each chunk's
         // input (not the first virtual stage) and one for its output's gradient (not the

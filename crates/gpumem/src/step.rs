@@ -323,6 +323,13 @@ fn forward(st: &Stretches, part: &Part, p: &mut Program, points: bool) {
 /// One micro-batch's backward over `part`: loss and head, the layers top-down, the embedding.
 fn backward(st: &Stretches, part: &Part, p: &mut Program) {
     if part.last {
+        // The backward starts from the loss's gradient, which autograd makes (ones like the
+        // loss) and the loss's backward frees.
+        p.then(Seg::alloc(
+            Cat::Temporaries,
+            st.loss.out_bytes,
+            at(Phase::BwdHead),
+        ));
         p.then(st.loss.bwd.in_phase(Phase::BwdHead));
         p.then(st.head.bwd.in_phase(Phase::BwdHead));
     }
@@ -441,13 +448,13 @@ impl Chunk {
             if !part.last {
                 f = f.then(Seg::free(Cat::Activations, io, at));
             }
-            // The gradient of the output arrives in a fresh tensor the backward frees; the
-            // input's gradient is freed once sent.
+            // The gradient of the output arrives in a fresh tensor the backward frees (as
+            // the grad of its output, a temporary); the input's gradient is freed once sent.
             let around = |b: Seg| {
                 let recv = if part.last { 0.0 } else { io };
                 let sent = if part.first { 0.0 } else { io };
                 let at = b.at;
-                Seg::alloc(Cat::Comm, recv, at)
+                Seg::alloc(Cat::Temporaries, recv, at)
                     .then(b)
                     .then(Seg::free(Cat::Temporaries, sent, at))
             };
