@@ -12,7 +12,13 @@ use crate::arch::{
 };
 use crate::dtype::DType;
 use crate::scenario::{Attention, Finetune, Loss, Recompute, Scenario};
-use crate::tape::{Cat, OpSpec, Tape, Tid};
+use crate::tape::{Cat, OpExtra, OpSpec, Tape, Tid};
+
+/// The LM head's weight, tied to the embedding: its gradient waits for the embedding's.
+const TIED_HEAD: OpExtra = OpExtra {
+    tied_head: true,
+    ..OpExtra::NONE
+};
 
 mod ep;
 mod mcore;
@@ -244,6 +250,29 @@ impl<'c, 'a> Builder<'c, 'a> {
         self.reg(t, d)
     }
 
+    /// An op over `inputs` that saves `saved`, making `bytes` of `d`, with the rarer parts
+    /// of its spec in `extra`.
+    #[inline(never)]
+    fn op_extra(
+        &mut self,
+        inputs: &[Tid],
+        saved: &[Tid],
+        bytes: f64,
+        d: DType,
+        extra: &OpExtra,
+    ) -> Tid {
+        self.op_spec(
+            OpSpec {
+                inputs,
+                saved,
+                out_bytes: bytes,
+                extra,
+                ..OpSpec::default()
+            },
+            d,
+        )
+    }
+
     fn op_spec(&mut self, spec: OpSpec<'_>, d: DType) -> Tid {
         let t = self.tape.op(spec);
         self.reg(t, d)
@@ -303,12 +332,12 @@ impl<'c, 'a> Builder<'c, 'a> {
     /// `a * b` with both requiring grad potentially: each saves the other. Its backward
     /// (`MulBackward0`) makes `b`'s gradient before `a`'s.
     fn mul(&mut self, a: Tid, b: Tid, elems: f64) -> Tid {
-        self.mul_spec(a, b, elems, [0.0; 2])
+        self.mul_spec(a, b, elems, &OpExtra::NONE)
     }
 
-    /// `a * b` whose backward first makes temporaries of `pre` bytes (the product that a
-    /// broadcast operand's gradient is summed from).
-    fn mul_spec(&mut self, a: Tid, b: Tid, elems: f64, pre: [f64; 2]) -> Tid {
+    /// `a * b` whose backward first makes the temporaries of `extra.bwd_pre` (the product
+    /// that a broadcast operand's gradient is summed from).
+    fn mul_spec(&mut self, a: Tid, b: Tid, elems: f64, extra: &OpExtra) -> Tid {
         let d = promote(self.d(a), self.d(b));
         let mut saved = Vec::new();
         if self.tape.requires_grad(a) {
@@ -319,13 +348,17 @@ impl<'c, 'a> Builder<'c, 'a> {
         }
         // With a broadcast `b` (its gradient a sum of the product in `pre`): that product,
         // then `a`'s gradient, then `b`'s sum.
-        let inputs = if pre[0] > 0.0 { [a, b] } else { [b, a] };
+        let inputs = if extra.bwd_pre[0] > 0.0 {
+            [a, b]
+        } else {
+            [b, a]
+        };
         self.op_spec(
             OpSpec {
                 inputs: &inputs,
                 out_bytes: elems * d.bytes(),
                 saved: &saved,
-                bwd_pre: pre,
+                extra,
                 ..OpSpec::default()
             },
             d,
@@ -532,16 +565,11 @@ impl<'c, 'a> Builder<'c, 'a> {
                 // The backward's temporaries: `pow`'s `x.pow(1) * 2`, the product that
                 // rsqrt's gradient is summed from, rsqrt's `r³ · −½`.
                 let x32 = self.cast(x, e, f32);
-                let sq = self.op_spec(
-                    OpSpec {
-                        inputs: &[x32],
-                        out_bytes: e * 4.0,
-                        saved: &[x32],
-                        bwd_pre: [e * 4.0, e * 4.0],
-                        ..OpSpec::default()
-                    },
-                    f32,
-                );
+                let pow = OpExtra {
+                    bwd_pre: [e * 4.0, e * 4.0],
+                    ..OpExtra::NONE
+                };
+                let sq = self.op_extra(&[x32], &[x32], e * 4.0, f32, &pow);
                 let var = self.op(&[sq], stats, f32, &[]);
                 let ve = self.op_spec(
                     OpSpec {
@@ -552,17 +580,21 @@ impl<'c, 'a> Builder<'c, 'a> {
                     },
                     f32,
                 );
-                let r = self.op_spec(
-                    OpSpec {
-                        inputs: &[ve],
-                        out_bytes: stats * 4.0,
-                        bwd_pre: [stats * 4.0, stats * 4.0],
-                        ..OpSpec::default()
-                    },
-                    f32,
-                );
+                let rsqrt = OpExtra {
+                    bwd_pre: [stats * 4.0, stats * 4.0],
+                    ..OpExtra::NONE
+                };
+                let r = self.op_extra(&[ve], &[], stats * 4.0, f32, &rsqrt);
                 self.tape.save_self(r);
-                let n32 = self.mul_spec(x32, r, e, [e * 4.0, 0.0]);
+                let n32 = self.mul_spec(
+                    x32,
+                    r,
+                    e,
+                    &OpExtra {
+                        bwd_pre: [e * 4.0, 0.0],
+                        ..OpExtra::NONE
+                    },
+                );
                 let n = self.cast(n32, e, input);
                 let out = self.weight_mul_params(n, e, wparams);
                 self.tape.touch(&[n32, var]);
@@ -606,7 +638,10 @@ impl<'c, 'a> Builder<'c, 'a> {
                 saved: &saved,
                 weights_rg: trainable,
                 param_grads: wparams * self.ctx.g.bytes(),
-                param_last: product,
+                extra: &OpExtra {
+                    param_last: product,
+                    ..OpExtra::NONE
+                },
                 ..OpSpec::default()
             },
             d,
@@ -727,48 +762,28 @@ impl<'c, 'a> Builder<'c, 'a> {
             let dx = self.d(x);
             // Under autocast the products are fp32: their gradients are made in fp32, then
             // cast to the bf16 input's (`validate_outputs`).
-            let pre = if d != dx {
-                [elems * d.bytes(), 0.0]
-            } else {
-                [0.0; 2]
+            let products = OpExtra {
+                bwd_pre: [if d != dx { elems * d.bytes() } else { 0.0 }, 0.0],
+                ..OpExtra::NONE
             };
-            let product = |b: &mut Self, x: Tid| {
-                b.op_spec(
-                    OpSpec {
-                        inputs: &[x],
-                        out_bytes: elems * d.bytes(),
-                        bwd_pre: pre,
-                        ..OpSpec::default()
-                    },
-                    d,
-                )
-            };
-            let xc = product(self, x);
+            let xc = self.op_extra(&[x], &[], elems * d.bytes(), d, &products);
             // rotate_half: the first half a view (its backward `slice_backward`, a tensor of
             // x's size); `-x2`'s backward negates (half the size) and pads (x's size); `cat`'s
             // backward only views its gradient.
             let x1 = self.tape.split(x, &[self.tape.bytes(x) / 2.0])[0];
             self.reg(x1, dx);
             let half = elems / 2.0 * dx.bytes();
-            let neg = self.op_spec(
-                OpSpec {
-                    inputs: &[x],
-                    out_bytes: half,
-                    bwd_pre: [half, 0.0],
-                    ..OpSpec::default()
-                },
-                dx,
-            );
-            let rot = self.op_spec(
-                OpSpec {
-                    inputs: &[neg, x1],
-                    out_bytes: elems * dx.bytes(),
-                    grad_views: true,
-                    ..OpSpec::default()
-                },
-                dx,
-            );
-            let rs = product(self, rot);
+            let negated = OpExtra {
+                bwd_pre: [half, 0.0],
+                ..OpExtra::NONE
+            };
+            let neg = self.op_extra(&[x], &[], half, dx, &negated);
+            let viewed = OpExtra {
+                grad_views: true,
+                ..OpExtra::NONE
+            };
+            let rot = self.op_extra(&[neg, x1], &[], elems * dx.bytes(), dx, &viewed);
+            let rs = self.op_extra(&[rot], &[], elems * d.bytes(), d, &products);
             return self.add(xc, rs, elems);
         }
         let tmp = match style {
@@ -927,8 +942,11 @@ impl<'c, 'a> Builder<'c, 'a> {
                         saved: &inputs,
                         fwd_temp,
                         bwd_temp,
-                        aux_out,
-                        bwd_stack,
+                        extra: &OpExtra {
+                            aux_out,
+                            bwd_stack,
+                            ..OpExtra::NONE
+                        },
                         ..OpSpec::default()
                     },
                     c,
@@ -1866,9 +1884,12 @@ impl<'c, 'a> Builder<'c, 'a> {
                 out_bytes: t * h * ed.bytes(),
                 weights_rg: trainable,
                 param_grads: pg,
-                tied_grad: tg,
-                tied_in_place: ctx.autocast,
-                bwd_stack: [partials, 0.0, 0.0, 0.0],
+                extra: &OpExtra {
+                    tied_grad: tg,
+                    tied_in_place: ctx.autocast,
+                    bwd_stack: [partials, 0.0, 0.0, 0.0],
+                    ..OpExtra::NONE
+                },
                 ..OpSpec::default()
             },
             ed,
@@ -2192,7 +2213,7 @@ impl<'c, 'a> Builder<'c, 'a> {
                 cat: Cat::WeightCopies,
                 weights_rg: trainable,
                 param_grads: params * ctx.g.bytes(),
-                tied_head: tied,
+                extra: if tied { &TIED_HEAD } else { &OpExtra::NONE },
                 ..OpSpec::default()
             });
             self.reg(w, ctx.c);
@@ -2225,7 +2246,7 @@ impl<'c, 'a> Builder<'c, 'a> {
                 weights_rg: trainable && w.is_none(),
                 param_grads: params * ctx.g.bytes(),
                 grad_view: true,
-                tied_head: tied,
+                extra: if tied { &TIED_HEAD } else { &OpExtra::NONE },
                 ..OpSpec::default()
             },
             ctx.c,

@@ -33,7 +33,12 @@ impl<'e> Meter<'e> {
             trace,
         }
     }
+    /// The browser's wasm never traces (the allocator replay is not in it): the events and
+    /// their names stay out of it.
     fn record(&mut self, cat: Cat, b: f64, what: &'static str, role: &'static str, id: Local) {
+        if cfg!(target_arch = "wasm32") {
+            return;
+        }
         if let Some(t) = self.trace.as_deref_mut() {
             if b != 0.0 {
                 t.push(Event {
@@ -52,6 +57,9 @@ impl<'e> Meter<'e> {
     /// A zero-byte event that says what `id` is for the allocator model (the stretch's
     /// input, its output, a tensor the caller frees).
     fn marker(&mut self, id: Local, role: &'static str) {
+        if cfg!(target_arch = "wasm32") {
+            return;
+        }
         if let Some(t) = self.trace.as_deref_mut() {
             t.push(Event {
                 bytes: 0.0,
@@ -259,6 +267,34 @@ pub struct OpSpec<'a> {
     /// torch/csrc/autograd/input_buffer.cpp wants the only reference to a dense tensor and
     /// its storage), so it adds the two into a new tensor.
     pub grad_view: bool,
+    /// What few ops need (temporaries of their backward, tied weights' gradients, a second
+    /// output): behind a reference, so that the many ops that need none stay small.
+    pub extra: &'a OpExtra,
+}
+
+impl Default for OpSpec<'_> {
+    fn default() -> Self {
+        OpSpec {
+            name: "",
+            inputs: &[],
+            out_bytes: 0.0,
+            saved: &[],
+            cat: Cat::Activations,
+            weights_rg: false,
+            param_grads: 0.0,
+            fwd_temp: 0.0,
+            bwd_temp: 0.0,
+            passthrough: false,
+            grad_in_saved: false,
+            grad_view: false,
+            extra: &OpExtra::NONE,
+        }
+    }
+}
+
+/// The rarer parts of an [`OpSpec`].
+#[derive(Clone, Copy, Debug)]
+pub struct OpExtra {
     /// The gradients of the op's inputs are views of its output's gradient (`cat`'s
     /// backward): nothing is allocated, and each keeps the output's gradient alive.
     pub grad_views: bool,
@@ -291,31 +327,18 @@ pub struct OpSpec<'a> {
     pub aux_out: f64,
 }
 
-impl Default for OpSpec<'_> {
-    fn default() -> Self {
-        OpSpec {
-            name: "",
-            inputs: &[],
-            out_bytes: 0.0,
-            saved: &[],
-            cat: Cat::Activations,
-            weights_rg: false,
-            param_grads: 0.0,
-            fwd_temp: 0.0,
-            bwd_temp: 0.0,
-            passthrough: false,
-            grad_in_saved: false,
-            grad_view: false,
-            grad_views: false,
-            tied_grad: 0.0,
-            tied_in_place: false,
-            tied_head: false,
-            bwd_pre: [0.0; 2],
-            bwd_stack: [0.0; 4],
-            param_last: 0.0,
-            aux_out: 0.0,
-        }
-    }
+impl OpExtra {
+    /// None of them.
+    pub const NONE: OpExtra = OpExtra {
+        grad_views: false,
+        tied_grad: 0.0,
+        tied_in_place: false,
+        tied_head: false,
+        bwd_pre: [0.0; 2],
+        bwd_stack: [0.0; 4],
+        param_last: 0.0,
+        aux_out: 0.0,
+    };
 }
 
 #[derive(Default, Debug, Clone)]
@@ -429,8 +452,8 @@ impl Tape {
             Ids::default()
         };
         let mut outputs = Ids::from(&[out]);
-        if spec.aux_out > 0.0 {
-            let aux = self.new_storage(spec.aux_out, false, false, spec.cat, spec.name);
+        if spec.extra.aux_out > 0.0 {
+            let aux = self.new_storage(spec.extra.aux_out, false, false, spec.cat, spec.name);
             outputs.push(aux);
             if rg {
                 saved.push(aux);
@@ -451,13 +474,17 @@ impl Tape {
             passthrough: spec.passthrough,
             grad_in_saved: spec.grad_in_saved,
             grad_view: spec.grad_view,
-            grad_views: spec.grad_views,
-            tied_grad: if spec.weights_rg { spec.tied_grad } else { 0.0 },
-            tied_in_place: spec.tied_in_place,
-            tied_head: spec.tied_head,
-            bwd_pre: spec.bwd_pre,
-            bwd_stack: spec.bwd_stack,
-            param_last: spec.param_last,
+            grad_views: spec.extra.grad_views,
+            tied_grad: if spec.weights_rg {
+                spec.extra.tied_grad
+            } else {
+                0.0
+            },
+            tied_in_place: spec.extra.tied_in_place,
+            tied_head: spec.extra.tied_head,
+            bwd_pre: spec.extra.bwd_pre,
+            bwd_stack: spec.extra.bwd_stack,
+            param_last: spec.extra.param_last,
         });
         out
     }
@@ -799,6 +826,27 @@ impl Tape {
             cat: Cat,
             view: bool,
         }
+        /// A new buffer, allocated now.
+        #[allow(clippy::too_many_arguments)]
+        fn buf(
+            gbuf: &mut Vec<GBuf>,
+            m: &mut Meter<'_>,
+            bytes: f64,
+            cat: Cat,
+            view: bool,
+            what: &'static str,
+            role: &'static str,
+        ) -> usize {
+            gbuf.push(GBuf {
+                bytes,
+                refs: 1,
+                cat,
+                view,
+            });
+            let g = gbuf.len() - 1;
+            m.add(cat, bytes, what, role, Local::Grad(g as u32));
+            g
+        }
         let nt = self.tensors.len();
         let mut gbuf: Vec<GBuf> = Vec::new();
         let grad_cat = |t: Tid| match self.storages[self.tensors[t].storage].cat {
@@ -836,15 +884,7 @@ impl Tape {
                 let mut temp = op.bwd_temp;
                 // A buffer of the backward's own (a temporary, a tied weight's gradient).
                 let own = |gbuf: &mut Vec<GBuf>, m: &mut Meter<'_>, b: f64, role| {
-                    gbuf.push(GBuf {
-                        bytes: b,
-                        refs: 1,
-                        cat: Cat::Temporaries,
-                        view: false,
-                    });
-                    let g = gbuf.len() - 1;
-                    m.add(Cat::Temporaries, b, op.name, role, Local::Grad(g as u32));
-                    g
+                    buf(gbuf, m, b, Cat::Temporaries, false, op.name, role)
                 };
                 let mut pre = [usize::MAX; 2];
                 for (k, &b) in op.bwd_pre.iter().enumerate() {
@@ -888,19 +928,14 @@ impl Tape {
                     match (grad_of[t], op.passthrough) {
                         (Some(_), true) => {}
                         (Some(_), false) => {
-                            gbuf.push(GBuf {
-                                bytes: b,
-                                refs: 1,
-                                cat: grad_cat(t),
-                                view: op.grad_view,
-                            });
-                            let g = gbuf.len() - 1;
-                            m.add(
-                                grad_cat(t),
+                            let g = buf(
+                                &mut gbuf,
+                                m,
                                 b,
+                                grad_cat(t),
+                                op.grad_view,
                                 op.name,
                                 "grad of input",
-                                Local::Grad(g as u32),
                             );
                             pending[npending] = (t, g);
                             npending += 1;
@@ -919,15 +954,16 @@ impl Tape {
                             // An input of another dtype or a broadcast one: autograd casts
                             // or sums the gradient to its shape, a new tensor
                             // (`validate_outputs`).
-                            gbuf.push(GBuf {
-                                bytes: b,
-                                refs: 1,
-                                cat: grad_cat(t),
-                                view: false,
-                            });
-                            let g = Local::Grad((gbuf.len() - 1) as u32);
-                            m.add(grad_cat(t), b, op.name, "grad of input", g);
-                            grad_of[t] = Some(gbuf.len() - 1);
+                            let g = buf(
+                                &mut gbuf,
+                                m,
+                                b,
+                                grad_cat(t),
+                                false,
+                                op.name,
+                                "grad of input",
+                            );
+                            grad_of[t] = Some(g);
                         }
                         (None, false) => {
                             let reuse = op.saved.iter().next().map(|&x| self.tensors[x].storage);
@@ -946,29 +982,26 @@ impl Tape {
                                         "saved for backward",
                                         Local::Storage(s as u32),
                                     );
-                                    gbuf.push(GBuf {
-                                        bytes: self.storages[s].bytes,
-                                        refs: 1,
-                                        cat: grad_cat(t),
-                                        view: false,
-                                    });
-                                    m.add(
-                                        grad_cat(t),
+                                    buf(
+                                        &mut gbuf,
+                                        m,
                                         self.storages[s].bytes,
+                                        grad_cat(t),
+                                        false,
                                         op.name,
                                         "grad of input",
-                                        Local::Grad((gbuf.len() - 1) as u32),
                                     );
                                 }
                                 _ => {
-                                    gbuf.push(GBuf {
-                                        bytes: b,
-                                        refs: 1,
-                                        cat: grad_cat(t),
-                                        view: op.grad_view,
-                                    });
-                                    let g = Local::Grad((gbuf.len() - 1) as u32);
-                                    m.add(grad_cat(t), b, op.name, "grad of input", g);
+                                    buf(
+                                        &mut gbuf,
+                                        m,
+                                        b,
+                                        grad_cat(t),
+                                        op.grad_view,
+                                        op.name,
+                                        "grad of input",
+                                    );
                                 }
                             }
                             grad_of[t] = Some(gbuf.len() - 1);
@@ -1073,45 +1106,27 @@ impl Tape {
                         earlier(m);
                     }
                 } else {
-                    let id = if new_grad {
-                        Local::ParamGrad(i as u32)
+                    let sum = if new_grad {
+                        let id = Local::ParamGrad(i as u32);
+                        m.add(tmp, tg, op.name, "parameter gradient", id);
+                        None
                     } else {
-                        gbuf.push(GBuf {
-                            bytes: tg,
-                            refs: 1,
-                            cat: tmp,
-                            view: false,
-                        });
-                        Local::Grad((gbuf.len() - 1) as u32)
+                        Some(buf(&mut gbuf, m, tg, tmp, false, op.name, "temporary"))
                     };
-                    let role = if new_grad {
-                        "parameter gradient"
-                    } else {
-                        "tied weight's gradient"
-                    };
-                    m.add(tmp, tg, op.name, role, id);
                     m.mark_now(op.name);
                     earlier(m);
                     new(m);
-                    if new_grad {
-                        m.recat(tmp, Cat::Gradients, tg);
-                    } else {
-                        m.sub(tmp, tg, op.name, role, id);
+                    match sum {
+                        None => m.recat(tmp, Cat::Gradients, tg),
+                        Some(s) => m.sub(tmp, tg, op.name, "temporary", Local::Grad(s as u32)),
                     }
                 }
             }
             for &(t, n) in &pending[..npending] {
                 let Some(g) = grad_of[t] else { continue };
                 if gbuf[g].view || gbuf[g].refs > 1 {
-                    gbuf.push(GBuf {
-                        bytes: gbuf[g].bytes,
-                        refs: 1,
-                        cat: gbuf[g].cat,
-                        view: false,
-                    });
-                    let sum = gbuf.len() - 1;
-                    let (b, c) = (gbuf[sum].bytes, gbuf[sum].cat);
-                    m.add(c, b, op.name, "grad of input", Local::Grad(sum as u32));
+                    let (b, c) = (gbuf[g].bytes, gbuf[g].cat);
+                    let sum = buf(&mut gbuf, m, b, c, false, op.name, "grad of input");
                     m.mark_now(op.name);
                     grad_of[t] = Some(sum);
                     gbuf[g].refs -= 1;
