@@ -21,6 +21,7 @@ pub mod presets;
 pub mod scenario;
 pub mod step;
 pub mod tape;
+pub mod timeline;
 pub mod validation;
 
 pub use error::{Error, Result};

@@ -297,8 +297,12 @@ pub struct Event {
     pub bytes: f64,
     pub cat: Cat,
     pub at: Where,
-    /// What the tensor is ("input saved for backward", "output", "grad of input").
+    /// What the tensor is ("saved for backward", "output", "grad of input", "workspace").
     pub role: &'static str,
+    /// The op that made the tensor ("" for a workspace or a framework buffer).
+    pub tensor: &'static str,
+    /// The tensor's dtype, when the tape knows it.
+    pub dtype: Option<crate::dtype::DType>,
 }
 
 #[cfg(test)]

@@ -33,28 +33,30 @@ impl<'e> Meter<'e> {
             trace,
         }
     }
-    fn record(&mut self, cat: Cat, b: f64, what: &'static str, role: &'static str) {
+    fn record(&mut self, cat: Cat, b: f64, tag: Tag) {
         if let Some(t) = self.trace.as_deref_mut() {
             if b != 0.0 {
                 t.push(Event {
                     bytes: b,
                     cat,
                     at: Where {
-                        what,
+                        what: tag.what,
                         ..Where::default()
                     },
-                    role,
+                    role: tag.role,
+                    tensor: tag.tensor,
+                    dtype: tag.dtype,
                 });
             }
         }
     }
-    fn add(&mut self, cat: Cat, b: f64, what: &'static str, role: &'static str) {
+    fn add(&mut self, cat: Cat, b: f64, tag: Tag) {
         self.live.add(cat, b);
-        self.record(cat, b, what, role);
+        self.record(cat, b, tag);
     }
-    fn sub(&mut self, cat: Cat, b: f64, what: &'static str, role: &'static str) {
+    fn sub(&mut self, cat: Cat, b: f64, tag: Tag) {
         self.live.add(cat, -b);
-        self.record(cat, -b, what, role);
+        self.record(cat, -b, tag);
     }
     /// Record the current point (plus a transient) as a candidate peak.
     fn mark(&mut self, transient: Bytes, what: &'static str) {
@@ -67,8 +69,9 @@ impl<'e> Meter<'e> {
             for c in Cat::ALL {
                 let b = transient.get(c);
                 if b > 0.0 {
-                    self.record(c, b, what, "workspace");
-                    self.record(c, -b, what, "workspace");
+                    let tag = Tag::new(what, "workspace");
+                    self.record(c, b, tag);
+                    self.record(c, -b, tag);
                 }
             }
         }
@@ -81,6 +84,27 @@ impl<'e> Meter<'e> {
                 what: self.at,
                 ..Where::default()
             },
+        }
+    }
+}
+
+/// What an allocation or a free is, for a trace: the op running, the tensor's role, and
+/// the tensor itself (the op that made it, its dtype) when it is one.
+#[derive(Clone, Copy)]
+struct Tag {
+    what: &'static str,
+    role: &'static str,
+    tensor: &'static str,
+    dtype: Option<DType>,
+}
+
+impl Tag {
+    fn new(what: &'static str, role: &'static str) -> Tag {
+        Tag {
+            what,
+            role,
+            tensor: "",
+            dtype: None,
         }
     }
 }
@@ -235,12 +259,30 @@ impl Default for OpSpec<'_> {
     }
 }
 
+/// A tensor autograd keeps for a stretch's backward ([`Tape::saved`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SavedTensor {
+    /// The op that made it ("input" for the stretch's input).
+    pub made_by: &'static str,
+    /// The ops that save it.
+    pub saved_by: Vec<&'static str>,
+    pub bytes: f64,
+    pub dtype: DType,
+    pub cat: Cat,
+    /// It is the stretch's input (made before the stretch).
+    pub input: bool,
+    order: usize,
+}
+
 #[derive(Default, Debug, Clone)]
 pub struct Tape {
     tensors: Vec<Tensor>,
     storages: Vec<Storage>,
     ops: Vec<Op>,
     output: Option<Tid>,
+    /// The name ops take when their spec gives none: the module being recorded
+    /// (`"input_layernorm"`, `"mlp.act_fn"`), for the timeline's labels.
+    scope: &'static str,
 }
 
 impl Tape {
@@ -321,10 +363,21 @@ impl Tape {
         self.tensors[t].bytes
     }
 
+    /// Name the ops recorded from now on that name themselves nothing (the module they are
+    /// part of); returns the previous scope.
+    pub fn scope(&mut self, name: &'static str) -> &'static str {
+        std::mem::replace(&mut self.scope, name)
+    }
+
     /// Record an op producing one new tensor.
     pub fn op(&mut self, spec: OpSpec<'_>) -> Tid {
         let rg = spec.weights_rg || spec.inputs.iter().any(|&t| self.tensors[t].rg);
-        let out = self.new_storage(spec.out_bytes, rg, false, spec.cat, spec.name);
+        let name = if spec.name.is_empty() {
+            self.scope
+        } else {
+            spec.name
+        };
+        let out = self.new_storage(spec.out_bytes, rg, false, spec.cat, name);
         // An op saves only what some grad needs: nothing when nothing requires grad.
         let saved = if rg {
             Ids::from(spec.saved)
@@ -332,7 +385,7 @@ impl Tape {
             Ids::default()
         };
         self.ops.push(Op {
-            name: spec.name,
+            name,
             inputs: Ids::from(spec.inputs),
             outputs: Ids::from(&[out]),
             saved,
@@ -396,6 +449,22 @@ impl Tape {
         }
     }
 
+    /// A trace tag for storage `s` (its maker and dtype) while `what` runs.
+    fn tag(&self, s: usize, what: &'static str, role: &'static str) -> Tag {
+        let st = &self.storages[s];
+        Tag {
+            what,
+            role,
+            tensor: st.name,
+            dtype: Some(st.dtype),
+        }
+    }
+
+    /// A trace tag for tensor `t`'s storage.
+    fn tag_of(&self, t: Tid, what: &'static str, role: &'static str) -> Tag {
+        self.tag(self.tensors[t].storage, what, role)
+    }
+
     /// Which storages some op saves.
     fn saved_storages(&self) -> Vec<bool> {
         let mut v = vec![false; self.storages.len()];
@@ -404,6 +473,40 @@ impl Tape {
                 v[self.tensors[t].storage] = true;
             }
         }
+        v
+    }
+
+    /// Every storage some op saves for its backward, in the order they are made: what the
+    /// stretch keeps for autograd (views of one storage counted once).
+    pub fn saved(&self) -> Vec<SavedTensor> {
+        let mut v: Vec<SavedTensor> = Vec::new();
+        let mut at: Vec<Option<usize>> = vec![None; self.storages.len()];
+        for o in &self.ops {
+            for &t in o.saved.iter() {
+                let s = self.tensors[t].storage;
+                let st = &self.storages[s];
+                match at[s] {
+                    Some(i) => {
+                        if !v[i].saved_by.contains(&o.name) {
+                            v[i].saved_by.push(o.name);
+                        }
+                    }
+                    None => {
+                        at[s] = Some(v.len());
+                        v.push(SavedTensor {
+                            made_by: st.name,
+                            saved_by: vec![o.name],
+                            bytes: st.bytes,
+                            dtype: st.dtype,
+                            cat: st.cat,
+                            input: st.external,
+                            order: s,
+                        });
+                    }
+                }
+            }
+        }
+        crate::order::sort_by(&mut v, |a, b| a.order.cmp(&b.order));
         v
     }
 
@@ -448,6 +551,8 @@ impl Tape {
                     ..Where::default()
                 },
                 role: "",
+                tensor: "",
+                dtype: None,
             });
         }
         let grad_out = if self.tensors[out].rg {
@@ -473,16 +578,28 @@ impl Tape {
                     }
                 }
                 if alive[out_storage] && !self.storages[out_storage].kept {
-                    m.sub(out_cat, self.storages[out_storage].bytes, out_name, "");
+                    m.sub(
+                        out_cat,
+                        self.storages[out_storage].bytes,
+                        self.tag(out_storage, out_name, "output"),
+                    );
                     alive[out_storage] = false;
                 }
-                m.add(Cat::Temporaries, grad_out, out_name, "grad of output");
+                m.add(
+                    Cat::Temporaries,
+                    grad_out,
+                    self.tag(out_storage, out_name, "grad of output"),
+                );
                 start = m.live;
                 m.trace = trace;
             }
             _ => {
                 // Checkpointed: the held input and the output's grad; recompute with saving.
-                m.add(Cat::Temporaries, grad_out, out_name, "grad of output");
+                m.add(
+                    Cat::Temporaries,
+                    grad_out,
+                    self.tag(out_storage, out_name, "grad of output"),
+                );
                 start = m.live;
                 m.trace = trace;
                 let base = m.live;
@@ -493,7 +610,11 @@ impl Tape {
                 m.live = base.plus(m.live);
                 alive = a;
                 if alive[out_storage] && !self.storages[out_storage].kept {
-                    m.sub(out_cat, self.storages[out_storage].bytes, out_name, "");
+                    m.sub(
+                        out_cat,
+                        self.storages[out_storage].bytes,
+                        self.tag(out_storage, out_name, "output"),
+                    );
                     alive[out_storage] = false;
                 }
             }
@@ -507,8 +628,7 @@ impl Tape {
                     m.sub(
                         st.cat,
                         st.bytes,
-                        "checkpoint",
-                        "input held by the checkpoint",
+                        self.tag(s, "checkpoint", "input held by the checkpoint"),
                     );
                 }
             }
@@ -572,8 +692,7 @@ impl Tape {
                     m.add(
                         self.storages[s].cat,
                         self.storages[s].bytes,
-                        op.name,
-                        role(s),
+                        self.tag(s, op.name, role(s)),
                     );
                 }
             }
@@ -586,8 +705,7 @@ impl Tape {
                     m.sub(
                         self.storages[s].cat,
                         self.storages[s].bytes,
-                        self.storages[s].name,
-                        role(s),
+                        self.tag(s, op.name, role(s)),
                     );
                 }
             }
@@ -595,7 +713,11 @@ impl Tape {
         for (s, st) in self.storages.iter().enumerate() {
             if alive[s] && st.held && !keep(s) {
                 alive[s] = false;
-                m.sub(st.cat, st.bytes, st.name, "held input");
+                m.sub(
+                    st.cat,
+                    st.bytes,
+                    self.tag(s, "end of forward", "held input"),
+                );
             }
         }
         alive
@@ -642,8 +764,10 @@ impl Tape {
                     Grads::New => m.add(
                         Cat::Gradients,
                         op.param_grads,
-                        op.name,
-                        "parameter gradient",
+                        Tag {
+                            tensor: op.name,
+                            ..Tag::new(op.name, "parameter gradient")
+                        },
                     ),
                     Grads::Accumulate | Grads::IntoBuffer => temp += op.param_grads,
                 }
@@ -673,20 +797,18 @@ impl Tape {
                                     m.sub(
                                         self.storages[s].cat,
                                         self.storages[s].bytes,
-                                        op.name,
-                                        "saved for backward",
+                                        self.tag(s, op.name, "saved for backward"),
                                     );
                                     gbuf.push((self.storages[s].bytes, 1, grad_cat(t)));
                                     m.add(
                                         grad_cat(t),
                                         self.storages[s].bytes,
-                                        op.name,
-                                        "grad of input",
+                                        self.tag_of(t, op.name, "grad of input"),
                                     );
                                 }
                                 _ => {
                                     gbuf.push((b, 1, grad_cat(t)));
-                                    m.add(grad_cat(t), b, op.name, "grad of input");
+                                    m.add(grad_cat(t), b, self.tag_of(t, op.name, "grad of input"));
                                 }
                             }
                             grad_of[t] = Some(gbuf.len() - 1);
@@ -698,7 +820,11 @@ impl Tape {
                     if let Some(g) = grad_of[t].take() {
                         gbuf[g].1 -= 1;
                         if gbuf[g].1 == 0 {
-                            m.sub(gbuf[g].2, gbuf[g].0, op.name, "grad of output");
+                            m.sub(
+                                gbuf[g].2,
+                                gbuf[g].0,
+                                self.tag_of(t, op.name, "grad of output"),
+                            );
                         }
                     }
                 }
@@ -713,8 +839,7 @@ impl Tape {
                     m.sub(
                         self.storages[s].cat,
                         self.storages[s].bytes,
-                        self.storages[s].name,
-                        "saved for backward",
+                        self.tag(s, op.name, "saved for backward"),
                     );
                 }
             }
