@@ -127,15 +127,7 @@ pub fn tokens(n: u64) -> String {
 
 /// A whole number with thousands separators: 8030261248 → "8,030,261,248".
 pub fn count(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
+    gpumem::num::thousands(n)
 }
 
 /// A count scaled to three significant figures: 8,030,261,248 → "8.03B", 124,439,808 →

@@ -9,6 +9,7 @@ pub mod gpu;
 pub mod graph;
 pub mod hf;
 pub mod knobs;
+pub mod ledger;
 pub mod map;
 pub mod megatron;
 pub mod mem;
