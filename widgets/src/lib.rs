@@ -15,14 +15,18 @@ pub mod allocator;
 pub mod breakdown;
 pub mod chart;
 pub mod controls;
+pub mod diff;
+pub mod exercise;
 pub mod export;
 pub mod format;
 pub mod formula;
+pub mod ledger;
 pub mod levers;
 pub mod parallelism;
 pub mod parts;
 pub mod precision;
 pub mod quantity;
+pub mod remedies;
 pub mod store;
 pub mod sweep;
 pub mod timeline;
@@ -95,6 +99,56 @@ impl Knobs {
     }
 }
 
+impl Knobs {
+    /// The engine's op-level timeline for these knobs (the last few remembered: a chapter
+    /// may show it twice, and a slider comes back to where it was).
+    pub fn timeline(&self) -> std::rc::Rc<gpumem::Result<gpumem::timeline::OpTimeline>> {
+        type Memo = Vec<(
+            Knobs,
+            std::rc::Rc<gpumem::Result<gpumem::timeline::OpTimeline>>,
+        )>;
+        thread_local! {
+            static RECENT: std::cell::RefCell<Memo> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        if let Some(hit) = RECENT.with(|r| {
+            r.borrow()
+                .iter()
+                .find(|(k, _)| k == self)
+                .map(|(_, t)| t.clone())
+        }) {
+            return hit;
+        }
+        let t = std::rc::Rc::new(
+            self.scenario()
+                .and_then(|s| gpumem::timeline::op_timeline(&s)),
+        );
+        RECENT.with(|r| {
+            let mut r = r.borrow_mut();
+            if r.len() >= 4 {
+                let _ = r.remove(0);
+            }
+            r.push((self.clone(), t.clone()));
+        });
+        t
+    }
+
+    /// These knobs with changes written `key=value key=value` (a widget's `with` option)
+    /// applied in order; a change that is not `key=value` or names no knob is an error.
+    pub fn with_changes(&self, changes: &str) -> Result<Knobs, String> {
+        let mut k = self.clone();
+        for c in changes.split_whitespace() {
+            let (key, v) = c
+                .split_once('=')
+                .ok_or_else(|| format!("'{}' is not key=value", gpumem::knobs::shown(c)))?;
+            if !gpumem::knobs::KNOBS.contains(&key) {
+                return Err(format!("'{}' is not a knob", gpumem::knobs::shown(key)));
+            }
+            k = k.with(key, v);
+        }
+        Ok(k)
+    }
+}
+
 /// What a widget starts from: written by the book build into the host element, read back by
 /// the wasm when it hydrates.
 #[derive(Clone, Debug, PartialEq, Serialize, Properties)]
@@ -163,6 +217,10 @@ pub const RENDERED: &[&str] = &[
     "zero",
     "precision",
     "parallelism",
+    "diff",
+    "exercise",
+    "ledger",
+    "remedies",
 ];
 
 /// Widgets that sit inside a sentence (their host is a `span`).
@@ -191,6 +249,10 @@ pub fn render(init: &Init) -> Result<String, String> {
         "zero" => ssr::<zero::Zero>(init),
         "precision" => ssr::<precision::PrecisionPanel>(init),
         "parallelism" => ssr::<parallelism::Parallelism>(init),
+        "diff" => ssr::<diff::Diff>(init),
+        "exercise" => ssr::<exercise::Exercise>(init),
+        "ledger" => ssr::<ledger::Ledger>(init),
+        "remedies" => ssr::<remedies::Remedies>(init),
         other => {
             return Err(format!(
                 "the {other} widget is not built yet (built: {})",
@@ -265,6 +327,10 @@ pub fn start() {
             "zero" => hydrate::<zero::Zero>(el, init),
             "precision" => hydrate::<precision::PrecisionPanel>(el, init),
             "parallelism" => hydrate::<parallelism::Parallelism>(el, init),
+            "diff" => hydrate::<diff::Diff>(el, init),
+            "exercise" => hydrate::<exercise::Exercise>(el, init),
+            "ledger" => hydrate::<ledger::Ledger>(el, init),
+            "remedies" => hydrate::<remedies::Remedies>(el, init),
             _ => continue,
         }
     }

@@ -59,20 +59,36 @@ fn breakdown_labels_every_slice_with_the_engine_figures() {
 }
 
 #[test]
-fn timeline_marks_a_peak_above_every_phase_boundary() {
+fn timeline_names_every_op_and_marks_the_peak_the_estimate_reports() {
     let html = render(&init("timeline", SMALL, &[])).unwrap();
     let e = est(SMALL);
     assert!(
         html.contains(&format!("peak {}", gib(e.peak_bytes as f64))),
         "{html}"
     );
-    assert!(html.contains("gm-peak"));
-    let pts = gpumem_widgets::timeline::points(&e);
-    let peak = pts.iter().find(|p| p.2).unwrap().1;
+    let k = init("timeline", SMALL, &[]).knobs;
+    let t = k.timeline();
+    let t = t.as_ref().as_ref().unwrap();
+    let peak = &t.points[t.peak];
+    // The peak's column and op carry the estimate's phase in their title, and take Tab.
+    let title = gpumem_widgets::timeline::label(peak);
+    assert!(title.starts_with(&e.peak_phase), "{title}");
+    let escaped = gpumem_widgets::format::escape_attr(&title);
     assert!(
-        pts.iter().all(|p| p.1 <= peak + 1.0),
-        "the peak is the highest point"
+        html.contains(&format!("<title>{escaped}</title>")),
+        "{html}"
     );
+    assert!(
+        html.contains(r#"<g class="gm-op gm-peak-op" tabindex="0""#),
+        "{html}"
+    );
+    // Stacked by part, every column focusable, one in the tab order per chart.
+    assert!(
+        html.contains(r#"class="gm-f-activations""#) && html.contains(r#"class="gm-f-logits""#)
+    );
+    assert_eq!(html.matches(r#"tabindex="0""#).count(), 2, "{html}");
+    assert!(html.matches(r#"tabindex="-1""#).count() > 100);
+    assert!(html.contains(r#"aria-live="polite""#));
     // The caption's bookkeeping is the charts': what stays resident, and where the gradients
     // are at the peak.
     let resident = (e.weights_bytes + e.master_weights_bytes + e.optimizer_states_bytes) as f64;
@@ -89,6 +105,12 @@ fn timeline_marks_a_peak_above_every_phase_boundary() {
     acc.push(("grad-accum", "4"));
     let html = render(&init("timeline", &acc, &[])).unwrap();
     assert!(html.contains("are all alive at the peak"), "{html}");
+    assert!(html.contains("micro-batch 4 of 4"), "{html}");
+    // A pipeline's stages are each their own step: the widget says so.
+    let mut pp = SMALL.to_vec();
+    pp.extend([("pp", "2"), ("grad-accum", "2")]);
+    let html = render(&init("timeline", &pp, &[])).unwrap();
+    assert!(html.contains("stage by stage in the 5D panel"), "{html}");
 }
 
 #[test]

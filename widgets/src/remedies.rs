@@ -1,0 +1,323 @@
+//! "It does not fit — what now?": the usual remedies, each estimated on the page's scenario,
+//! ordered by what they save there, each with its cost in words and a button that applies it
+//! to the page. The planner's fewest GPUs is asked for on request (it tries many layouts).
+
+use std::fmt::Write;
+
+use yew::prelude::*;
+
+use crate::allocator::{use_knobs, use_live_marker};
+use crate::format::{escape_attr as esc, gib, tokens};
+use crate::{Init, Knobs};
+
+/// A remedy: its name, what it costs, and the knob changes it makes to a scenario (`None`,
+/// with the reason, where it does not apply).
+pub struct Remedy {
+    pub key: &'static str,
+    pub title: String,
+    pub cost: &'static str,
+    pub with: Result<String, &'static str>,
+}
+
+/// The remedies for the page's knobs `k`.
+pub fn remedies(k: &Knobs) -> Vec<Remedy> {
+    let s = k.scenario().ok();
+    let batch = s.as_ref().map_or(1, |s| s.batch);
+    let accum = s.as_ref().map_or(1, |s| s.parallel.grad_accum);
+    let dp = s.as_ref().map_or(1, |s| s.parallel.dp);
+    let zero = s.as_ref().map_or(0, |s| s.parallel.zero);
+    let is = |key: &str, dflt: &str, v: &str| k.get(key).unwrap_or(dflt) == v;
+    let method = k
+        .get("finetune")
+        .unwrap_or("full")
+        .split(',')
+        .next()
+        .unwrap_or("full");
+    let full = method == "full";
+    let when = |ok: bool, with: String, why: &'static str| if ok { Ok(with) } else { Err(why) };
+    vec![
+        Remedy {
+            key: "micro-batch",
+            title: "Halve the micro-batch, accumulate twice as many".into(),
+            cost: "The same sequences per optimizer step, in twice as many smaller passes: a little slower, the same training.",
+            with: when(
+                batch >= 2,
+                format!("batch={} grad-accum={}", batch / 2, accum * 2),
+                "the micro-batch is one sequence already",
+            ),
+        },
+        Remedy {
+            key: "recompute-selective",
+            title: "Recompute the attention core (selective recomputation)".into(),
+            cost: "Attention's forward runs again in the backward: a few per cent more compute. With flash attention there is little left to save.",
+            with: when(is("recompute", "none", "none"), "recompute=selective".into(), "recomputation is on already"),
+        },
+        Remedy {
+            key: "recompute-full",
+            title: "Recompute every layer (full activation checkpointing)".into(),
+            cost: "Each layer's forward runs twice: about a third more compute per step.",
+            with: when(!is("recompute", "none", "full"), "recompute=full".into(), "every layer is recomputed already"),
+        },
+        Remedy {
+            key: "loss",
+            title: "A fused, chunked cross-entropy (Liger Kernel)".into(),
+            cost: "A kernel dependency, about the same speed: the logits are never whole in memory.",
+            with: when(is("loss", "standard", "standard"), "loss=fused".into(), "the loss is fused already"),
+        },
+        Remedy {
+            key: "adam8bit",
+            title: "8-bit Adam (bitsandbytes)".into(),
+            cost: "Moments quantised to 8 bits: usually the same loss curve; one more dependency.",
+            with: when(
+                full && matches!(k.get("optimizer").unwrap_or("adamw"), "adamw" | "adam"),
+                "optimizer=adamw-8bit".into(),
+                "the optimizer is not AdamW, or only adapters train",
+            ),
+        },
+        Remedy {
+            key: "adafactor",
+            title: "Adafactor".into(),
+            cost: "A factored second moment and no first: far less state, a different convergence; the learning rate needs retuning.",
+            with: when(full && !is("optimizer", "adamw", "adafactor"), "optimizer=adafactor".into(), "Adafactor is on already, or only adapters train"),
+        },
+        Remedy {
+            key: "lora",
+            title: "LoRA adapters instead of full fine-tuning".into(),
+            cost: "Only small adapters train: a fine-tuning method, not pre-training; close to full fine-tuning on many tasks.",
+            with: when(full, "finetune=lora".into(), "adapters train already"),
+        },
+        Remedy {
+            key: "qlora",
+            title: "QLoRA: LoRA over a 4-bit base".into(),
+            cost: "The frozen base in NF4, dequantised for each matmul: slower steps and a small quality cost.",
+            with: when(method != "qlora", "finetune=qlora".into(), "QLoRA is on already"),
+        },
+        Remedy {
+            key: "zero",
+            title: if dp > 1 {
+                format!("Shard every state over the {dp} data-parallel GPUs (ZeRO-3, FSDP FULL_SHARD)")
+            } else {
+                "Shard every state over 8 GPUs (ZeRO-3, FSDP FULL_SHARD)".into()
+            },
+            cost: "Each layer's weights gathered before its forward and its backward, its gradients reduce-scattered after: more communication, and the GPUs.",
+            with: when(
+                zero < 3,
+                if dp > 1 { "zero-stage=3".into() } else { "dp=8 zero-stage=3".into() },
+                "the states are fully sharded already",
+            ),
+        },
+        Remedy {
+            key: "offload",
+            title: "Offload the optimizer to CPU memory (ZeRO-Offload)".into(),
+            cost: "Optimizer states and master weights in host memory, the update on the CPU: much slower steps.",
+            with: when(is("offload", "none", "none"), "offload=optimizer".into(), "the optimizer is offloaded already"),
+        },
+    ]
+}
+
+/// A remedy estimated: the device total after it, and whether it fits then.
+pub struct Ranked {
+    pub remedy: Remedy,
+    pub after: Result<gpumem::Estimate, String>,
+}
+
+/// The remedies that apply, best saving first (the device total, what decides whether a run
+/// fits), then those that do not apply or that the engine refuses, with the reason.
+pub fn ranked(k: &Knobs) -> Vec<Ranked> {
+    let mut v: Vec<Ranked> = remedies(k)
+        .into_iter()
+        .map(|r| {
+            let after = match &r.with {
+                Ok(w) => k
+                    .with_changes(w)
+                    .and_then(|n| n.estimate().map_err(|e| e.message)),
+                Err(why) => Err((*why).to_string()),
+            };
+            Ranked { remedy: r, after }
+        })
+        .collect();
+    let key = |r: &Ranked| match &r.after {
+        Ok(e) => e.device_bytes as i128,
+        Err(_) => i128::MAX,
+    };
+    gpumem::order::sort_by(&mut v, |a, b| key(a).cmp(&key(b)));
+    v
+}
+
+/// The fewest GPUs the planner finds a layout for (2 to 64), as the page's knobs.
+pub fn planned(k: &Knobs) -> Result<(u64, Knobs), String> {
+    let s = k.scenario().map_err(|e| e.to_string())?;
+    let mut v = gpumem::knobs::scenario_value(k.0.iter().map(|(a, b)| (a.as_str(), b.as_str())))
+        .map_err(|e| e.to_string())?;
+    let o = v.as_object_mut().ok_or("not a scenario")?;
+    o.insert("gpus".into(), "2..64".into());
+    let p = &s.parallel;
+    o.insert(
+        "global_batch".into(),
+        (p.dp * s.batch * p.grad_accum.max(1)).into(),
+    );
+    o.insert("top".into(), 1u64.into());
+    let req = gpumem::plan::Request::from_value(&v).map_err(|e| e.to_string())?;
+    let plan = gpumem::plan::plan(&req);
+    let best = plan
+        .counts
+        .iter()
+        .find_map(|c| c.best.as_ref())
+        .ok_or("no layout of up to 64 GPUs fits")?;
+    Ok((best.layout.gpus, crate::parallelism::with_layout(k, best)))
+}
+
+/// The knob changes that put a planned layout on the page, as `with` writes them.
+fn layout_changes(k: &Knobs, n: &Knobs) -> String {
+    gpumem::knobs::KNOBS
+        .iter()
+        .filter_map(|key| match (k.get(key), n.get(key)) {
+            (a, Some(b)) if a != Some(b) => Some(format!("{key}={b}")),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// A "Use" button that applies `with` to the page (the list's click handler reads it).
+fn button_use(out: &mut String, with: &str, what: &str) {
+    let _ = write!(
+        out,
+        r#"<button type="button" class="gm-use" data-with="{}" aria-label="Use: {}">Use</button>"#,
+        esc(with),
+        esc(what)
+    );
+}
+
+#[component]
+pub fn Remedies(init: &Init) -> Html {
+    let (k, set) = use_knobs(init);
+    let root = use_live_marker();
+    let plan = use_state(|| None::<(Knobs, Result<(u64, Knobs), String>)>);
+    let uid = &init.uid;
+    let e = match k.estimate() {
+        Ok(e) => e,
+        Err(err) => return crate::chart::refused("remedies", root, err),
+    };
+    let now = e.device_bytes as f64;
+    let cap = e.capacity_bytes as f64;
+    let mut best = None;
+    let mut list = String::with_capacity(8192);
+    for r in ranked(&k) {
+        let with = r.remedy.with.as_deref().unwrap_or("");
+        let _ = write!(
+            list,
+            r#"<li class="gm-remedy{}" data-remedy="{}"><p class="gm-remedy-head"><strong>{}</strong>"#,
+            if r.after.is_ok() { "" } else { " gm-na" },
+            r.remedy.key,
+            esc(&r.remedy.title)
+        );
+        if !with.is_empty() {
+            let _ = write!(list, " <code>{}</code>", esc(&with.replace(' ', ", ")));
+        }
+        list.push_str("</p>");
+        match &r.after {
+            Ok(a) => {
+                let d = now - a.device_bytes as f64;
+                if best.is_none() && d > 0.0 {
+                    best = Some((r.remedy.title.clone(), d));
+                }
+                let _ = write!(
+                    list,
+                    r#"<p class="gm-remedy-saving {}">{}: the GPU needs {} of {} ({})</p>"#,
+                    if a.fits { "gm-ok" } else { "gm-over" },
+                    if d >= 0.0 {
+                        format!("saves {}", gib(d))
+                    } else {
+                        format!("needs {} more", gib(-d))
+                    },
+                    gib(a.device_bytes as f64),
+                    gib(cap),
+                    if a.fits { "fits" } else { "still over" }
+                );
+            }
+            Err(why) => {
+                let _ = write!(
+                    list,
+                    r#"<p class="gm-remedy-saving">Not here: {}.</p>"#,
+                    esc(why)
+                );
+            }
+        }
+        let _ = write!(list, r#"<p class="gm-note">{}</p>"#, r.remedy.cost);
+        if r.after.is_ok() {
+            button_use(&mut list, with, &r.remedy.title);
+        }
+        list.push_str("</li>");
+    }
+    list.push_str(r#"<li class="gm-remedy" data-remedy="planner"><p class="gm-remedy-head"><strong>More GPUs, as the planner lays them out</strong></p><p class="gm-note">The planner tries every layout of 2 to 64 GPUs for this step (data, tensor, pipeline and context parallelism, ZeRO stage, micro-batch, recomputation) and gives the fewest GPUs that fit. Costs the GPUs, and their communication.</p><button type="button" class="gm-use" data-plan="">Ask the planner</button>"#);
+    match plan.as_ref().filter(|(kk, _)| *kk == k).map(|(_, r)| r) {
+        None => {}
+        Some(Ok((gpus, n))) => {
+            let with = layout_changes(&k, n);
+            let after = n
+                .estimate()
+                .map(|a| format!(" — {} of {} per GPU", gib(a.device_bytes as f64), gib(cap)))
+                .unwrap_or_default();
+            let _ = write!(
+                list,
+                r#"<p class="gm-remedy-saving gm-ok">{gpus} GPUs: {}{after}</p>"#,
+                esc(&with.replace(' ', ", "))
+            );
+            button_use(&mut list, &with, "the planner's layout");
+        }
+        Some(Err(why)) => {
+            let _ = write!(
+                list,
+                r#"<p class="gm-remedy-saving gm-over">{}</p>"#,
+                esc(why)
+            );
+        }
+    }
+    list.push_str("</li>");
+    // One handler for every button of the list: "Use" applies its changes, the planner's
+    // button runs the planner.
+    let onclick = {
+        let (k, set, plan) = (k.clone(), set.clone(), plan.clone());
+        Callback::from(move |ev: MouseEvent| {
+            use web_sys::wasm_bindgen::JsCast;
+            let Some(b) = ev
+                .target()
+                .and_then(|t| t.dyn_into::<web_sys::Element>().ok())
+                .and_then(|el| el.closest("button").ok().flatten())
+            else {
+                return;
+            };
+            if b.has_attribute("data-plan") {
+                plan.set(Some((k.clone(), planned(&k))));
+            } else if let Some(w) = b.get_attribute("data-with") {
+                if let Ok(n) = k.with_changes(&w) {
+                    set.emit(n);
+                }
+            }
+        })
+    };
+    let summary = match &best {
+        Some((t, d)) => format!("For this step the largest saving is {}: {}.", gib(*d), t),
+        None => "None of these remedies lowers this step's memory.".to_string(),
+    };
+    let over = now - cap;
+    html! {
+        <figure class="gm gm-remedies" data-widget="remedies" ref={root} aria-labelledby={format!("{uid}-title")}>
+            <figcaption class="gm-head" id={format!("{uid}-title")}>
+                <span class="gm-title">{ "What helps most, for this step" }</span>
+                <span class="gm-sub">{ format!("{} · b={} · s={}", e.model, k.count("batch", 1), tokens(k.count("seq", 2048))) }</span>
+            </figcaption>
+            <p class={classes!("gm-verdict", if e.fits { "gm-ok" } else { "gm-over" })} data-value="verdict">
+                { if e.fits {
+                    format!("✓ It fits: {} of {} on {}, {} to spare.", gib(now), gib(cap), e.gpu, gib(-over))
+                } else {
+                    format!("✗ It does not fit: {} of {} on {}, {} over.", gib(now), gib(cap), e.gpu, gib(over))
+                } }
+            </p>
+            <ol class="gm-remedy-list" {onclick}>{ Html::from_html_unchecked(list.into()) }</ol>
+            <p class="gm-sr" aria-live="polite">{ summary }</p>
+            <p class="gm-note">{ "Savings are of the device total (peak, allocator reserve and CUDA context): what decides whether a step fits." }</p>
+        </figure>
+    }
+}
