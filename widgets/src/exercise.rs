@@ -275,7 +275,7 @@ pub fn Exercise(init: &Init) -> Html {
     );
     let field = format!("{uid}-answer");
     html! {
-        <figure class="gm gm-exercise" data-widget="exercise" ref={root} aria-labelledby={format!("{uid}-q")}>
+        <figure class="gm gm-exercise" data-widget="exercise" data-ask={ask.clone()} ref={root} aria-labelledby={format!("{uid}-q")}>
             <figcaption class="gm-head">
                 <span class="gm-title">{ "Exercise" }</span>
                 <span class="gm-sub">{ sub }</span>

@@ -225,7 +225,8 @@ fn save(
     let chart = chart.replacen(
         "<svg",
         &format!(
-            "<svg x=\"{pad}\" y=\"{}\" width=\"{}\" height=\"{}\"",
+            "<svg x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\"",
+            fixed(pad, 1),
             fixed(pad + 40.0, 1),
             fixed(cw, 1),
             fixed(ch, 1)
@@ -236,11 +237,12 @@ fn save(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w_}\" height=\"{h_}\" viewBox=\"0 0 {w_} {h_}\" \
          font-family=\"{font}\">\
          <rect width=\"100%\" height=\"100%\" fill=\"{bg}\"/>\
-         <text x=\"{pad}\" y=\"{t1}\" font-size=\"15\" font-weight=\"600\" fill=\"{fg}\">{title}</text>\
-         <text x=\"{pad}\" y=\"{t2}\" font-size=\"12\" fill=\"{fg}\">{sub}</text>\
+         <text x=\"{px}\" y=\"{t1}\" font-size=\"15\" font-weight=\"600\" fill=\"{fg}\">{title}</text>\
+         <text x=\"{px}\" y=\"{t2}\" font-size=\"12\" fill=\"{fg}\">{sub}</text>\
          {chart}{legend}\
-         <text x=\"{pad}\" y=\"{f1}\" font-size=\"11\" fill=\"{fg}\">{settings}</text>\
-         <text x=\"{pad}\" y=\"{f2}\" font-size=\"11\" fill=\"{fg}\">{source}</text></svg>",
+         <text x=\"{px}\" y=\"{f1}\" font-size=\"11\" fill=\"{fg}\">{settings}</text>\
+         <text x=\"{px}\" y=\"{f2}\" font-size=\"11\" fill=\"{fg}\">{source}</text></svg>",
+        px = fixed(pad, 1),
         w_ = fixed(width, 0),
         h_ = fixed(height, 0),
         font = esc(&style(figure, "font-family")).replace('"', "'"),

@@ -26,21 +26,28 @@ const TOP: usize = 5;
 
 /// An architecture field a reader can edit: (field, label, config.json key by family).
 fn hf_key(family: Family, field: &str) -> Option<&'static str> {
+    use Family::*;
     Some(match (family, field) {
-        (Family::Gpt2, "layers") => "n_layer",
-        (Family::Gpt2, "hidden") => "n_embd",
-        (Family::Gpt2, "heads") => "n_head",
-        (Family::Gpt2, "intermediate") => "n_inner",
-        (Family::Gpt2, "kv_heads" | "experts" | "top_k") => return None,
+        (Gpt2, "layers") => "n_layer",
+        (Gpt2, "hidden") => "n_embd",
+        (Gpt2, "heads") => "n_head",
+        (Gpt2, "intermediate") => "n_inner",
+        (Gpt2, "kv_heads" | "experts" | "top_k") => return None,
         (_, "layers") => "num_hidden_layers",
         (_, "hidden") => "hidden_size",
         (_, "heads") => "num_attention_heads",
-        (Family::DeepseekV3, "kv_heads") => return None,
+        // MLA expands keys and values per query head; GPT-NeoX has one per head.
+        (DeepseekV2 | DeepseekV3 | GptNeox, "kv_heads") => return None,
+        (Falcon, "kv_heads") => "num_kv_heads",
         (_, "kv_heads") => "num_key_value_heads",
+        (Falcon, "intermediate") => "ffn_hidden_size",
+        (Llama4, "intermediate") => "intermediate_size_mlp",
         (_, "intermediate") => "intermediate_size",
-        (Family::Mixtral, "experts") => "num_local_experts",
-        (Family::DeepseekV3, "experts") => "n_routed_experts",
-        (Family::Mixtral | Family::DeepseekV3, "top_k") => "num_experts_per_tok",
+        (Mixtral | GptOss | Llama4, "experts") => "num_local_experts",
+        (Qwen2Moe | Qwen3Moe | Qwen3Next, "experts") => "num_experts",
+        (DeepseekV2 | DeepseekV3 | Glm4Moe, "experts") => "n_routed_experts",
+        (_, "experts") => return None,
+        (_, "top_k") => "num_experts_per_tok",
         (_, "vocab") => "vocab_size",
         _ => return None,
     })

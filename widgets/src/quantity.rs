@@ -303,13 +303,35 @@ pub fn substitute(s: &Scenario, e: &Estimate, q: &str) -> Option<String> {
             let Model::Arch { arch: a, .. } = &s.model else {
                 return None;
             };
+            let n = (s.seq + s.new_tokens.max(1) - 1) as f64;
+            // Layers by how many tokens they keep: every one, a window − 1, or a fixed state.
+            let mut terms: Vec<(u64, String)> = Vec::new();
+            for l in 0..a.layers {
+                let t = a.attn_type(l);
+                let what = match t {
+                    gpumem::arch::AttnType::Linear => "state".to_string(),
+                    _ => count(a.cached_tokens(t, n) as u64),
+                };
+                match terms.iter_mut().find(|(_, w)| *w == what) {
+                    Some((c, _)) => *c += 1,
+                    None => terms.push((1, what)),
+                }
+            }
+            let parts: Vec<String> = terms
+                .iter()
+                .map(|(c, what)| match what.as_str() {
+                    "state" => format!("{c} × state"),
+                    tok => format!(
+                        "{c} × {} × {tok} × {} × {} B",
+                        s.batch,
+                        count(a.cache_elems_per_token_layer()),
+                        short(p.compute().bytes())
+                    ),
+                })
+                .collect();
             format!(
-                "M_KV = {} × {} × {} × {} × {} B = {}",
-                a.layers,
-                s.batch,
-                count(s.seq + s.new_tokens.max(1) - 1),
-                count(a.kv_elems_per_token_layer()),
-                short(p.compute().bytes()),
+                "M_KV = {} = {}",
+                parts.join(" + "),
                 gib(e.kv_cache_bytes as f64)
             )
         }

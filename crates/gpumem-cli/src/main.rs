@@ -293,13 +293,28 @@ fn cmd_presets(json: bool) -> String {
             .collect();
         return serde_json::to_string_pretty(&v).expect("serialises");
     }
+    // Columns as wide as their longest entry, two spaces apart.
+    let nw = presets
+        .iter()
+        .map(|p| p.name.len())
+        .max()
+        .unwrap_or(0)
+        .max(4)
+        + 2;
+    let fw = presets
+        .iter()
+        .map(|p| p.arch.family.name().len())
+        .max()
+        .unwrap_or(0)
+        .max(6)
+        + 2;
     let mut s = format!(
-        "{:<16}{:<13}{:>18}  {:>7}  {:>7}  source\n",
+        "{:<nw$}{:<fw$}{:>15}  {:>7}  {:>7}  source\n",
         "name", "family", "parameters", "layers", "hidden"
     );
     for p in presets {
         s.push_str(&format!(
-            "{:<16}{:<13}{:>18}  {:>7}  {:>7}  {}\n",
+            "{:<nw$}{:<fw$}{:>15}  {:>7}  {:>7}  {}\n",
             p.name,
             p.arch.family.name(),
             p.arch.params().total,

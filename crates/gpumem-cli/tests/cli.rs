@@ -288,9 +288,9 @@ fn files_that_are_not_small_regular_files_are_refused_quickly() {
     }
     // Just under the cap is read (and is then judged as JSON).
     let near = tmp("near.json");
-    let mut text = String::from("{\"model\": {\"preset\": \"gpt2\"}, \"seq\": 512, \"pad\": \"");
+    let mut text = String::from("{\"model\": {\"preset\": \"gpt2\", \"name\": \"");
     text.push_str(&"x".repeat((4 << 20) - 100));
-    text.push_str("\"}");
+    text.push_str("\"}, \"seq\": 512}");
     std::fs::write(&near, text).unwrap();
     let o = gpumem(&["estimate", "--scenario", near.to_str().unwrap()]);
     assert_eq!(o.code, 0, "{}", o.stderr);

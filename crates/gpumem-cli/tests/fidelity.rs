@@ -89,13 +89,13 @@ fn predictions_meet_the_fidelity_goals() {
     );
     assert!(errors.len() >= 30, "calibration set shrank");
     assert!(
-        median <= 0.05,
-        "median |error| {:.2} % > 5 %\n{report}",
+        median <= 0.01,
+        "median |error| {:.2} % > 1 %\n{report}",
         median * 100.0
     );
     assert!(
-        worst <= 0.15,
-        "worst |error| {:.2} % > 15 %\n{report}",
+        worst <= 0.05,
+        "worst |error| {:.2} % > 5 %\n{report}",
         worst * 100.0
     );
 }

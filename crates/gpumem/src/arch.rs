@@ -5,29 +5,124 @@
 
 use crate::error::{Error, Result};
 
-/// Which implementation a model follows: decides biases, norms, the MLP and the op sequence
-/// whose saved tensors the engine replays.
+/// Which implementation a model follows (its `model_type`): decides biases, norms, the MLP and
+/// the op sequence whose saved tensors the engine replays. Features that several families
+/// share (QK-norm, sandwich norms, parallel blocks, sliding windows …) are fields of
+/// [`Architecture`]; what only one family does is decided by its family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Family {
     /// GPT-2: learned positions, LayerNorm, fused qkv `Conv1D`, GELU (tanh) MLP, dropout.
     Gpt2,
-    /// Llama, Mistral, Qwen2 (q/k/v bias): RMSNorm, RoPE, separate q/k/v, SwiGLU.
+    /// Llama: RMSNorm, RoPE, separate q/k/v, SwiGLU.
     Llama,
+    /// Mistral: the Llama layer (no biases) with a sliding window.
+    Mistral,
+    /// Qwen2: the Llama layer with q/k/v biases.
+    Qwen2,
+    /// Qwen2-MoE (Qwen1.5-MoE): routed experts plus a gated shared expert.
+    Qwen2Moe,
+    /// Qwen3: per-head QK-norm.
+    Qwen3,
+    /// Qwen3-MoE.
+    Qwen3Moe,
+    /// Qwen3-Next: gated DeltaNet (linear attention) layers, gated full attention.
+    Qwen3Next,
     /// Mixtral: the Llama attention with a top-k routed mixture of SwiGLU experts.
     Mixtral,
-    /// DeepSeek-V3: multi-head latent attention, shared + routed experts, dense first layers.
+    /// DeepSeek-V2: multi-head latent attention, shared + routed experts.
+    DeepseekV2,
+    /// DeepSeek-V3 (and Kimi K2): MLA, sigmoid router with a correction bias, dense first layers.
     DeepseekV3,
+    /// Gemma 2: sandwich norms, (1 + w) RMSNorm, scaled embeddings, softcapping.
+    Gemma2,
+    /// Gemma 3 (text): Gemma 2 with per-head QK-norm and a 5:1 sliding/full pattern.
+    Gemma3,
+    /// Llama 4 (text): chunked attention, NoPE layers, experts run densely with `bmm`.
+    Llama4,
+    /// Phi-3 / Phi-4: fused qkv and gate/up projections.
+    Phi3,
+    /// OLMo 2: full-width QK-norm, norms after attention and MLP.
+    Olmo2,
+    /// GLM-4.5 / 4.6 / 4.7 (`glm4_moe`): partial RoPE, dense first layers, shared expert.
+    Glm4Moe,
+    /// gpt-oss: attention sinks, biased experts with a clamped SwiGLU, sliding/full layers.
+    GptOss,
+    /// SmolLM3: the Llama layer with NoPE every few layers.
+    SmolLm3,
+    /// Granite: the Llama layer with embedding, residual and logit multipliers.
+    Granite,
+    /// Falcon: fused query_key_value, parallel attention and MLP, biased LayerNorm.
+    Falcon,
+    /// GPT-NeoX (Pythia): parallel residual, biased LayerNorm, non-gated GELU MLP.
+    GptNeox,
+    /// StarCoder2: biased LayerNorm and linears, non-gated MLP, sliding window.
+    Starcoder2,
+    /// Cohere (Command R): one LayerNorm feeding attention and MLP in parallel.
+    Cohere,
+    /// Cohere2 (Command R7B): Cohere with sliding layers and NoPE full layers.
+    Cohere2,
 }
 
 impl Family {
+    /// The `model_type` a config.json of this family carries.
     pub fn name(self) -> &'static str {
         match self {
             Family::Gpt2 => "gpt2",
             Family::Llama => "llama",
+            Family::Mistral => "mistral",
+            Family::Qwen2 => "qwen2",
+            Family::Qwen2Moe => "qwen2_moe",
+            Family::Qwen3 => "qwen3",
+            Family::Qwen3Moe => "qwen3_moe",
+            Family::Qwen3Next => "qwen3_next",
             Family::Mixtral => "mixtral",
+            Family::DeepseekV2 => "deepseek_v2",
             Family::DeepseekV3 => "deepseek_v3",
+            Family::Gemma2 => "gemma2",
+            Family::Gemma3 => "gemma3_text",
+            Family::Llama4 => "llama4_text",
+            Family::Phi3 => "phi3",
+            Family::Olmo2 => "olmo2",
+            Family::Glm4Moe => "glm4_moe",
+            Family::GptOss => "gpt_oss",
+            Family::SmolLm3 => "smollm3",
+            Family::Granite => "granite",
+            Family::Falcon => "falcon",
+            Family::GptNeox => "gpt_neox",
+            Family::Starcoder2 => "starcoder2",
+            Family::Cohere => "cohere",
+            Family::Cohere2 => "cohere2",
         }
     }
+
+    /// Every family, in the order `model_type` errors list them.
+    pub const ALL: [Family; 25] = [
+        Family::Gpt2,
+        Family::Llama,
+        Family::Mistral,
+        Family::Mixtral,
+        Family::Qwen2,
+        Family::Qwen2Moe,
+        Family::Qwen3,
+        Family::Qwen3Moe,
+        Family::Qwen3Next,
+        Family::Gemma2,
+        Family::Gemma3,
+        Family::Llama4,
+        Family::Phi3,
+        Family::Olmo2,
+        Family::Glm4Moe,
+        Family::GptOss,
+        Family::DeepseekV2,
+        Family::DeepseekV3,
+        Family::SmolLm3,
+        Family::Granite,
+        Family::Falcon,
+        Family::GptNeox,
+        Family::Starcoder2,
+        Family::Cohere,
+        Family::Cohere2,
+    ];
 }
 
 /// MLP activation, as the implementation computes it (this decides what autograd saves).
@@ -41,6 +136,86 @@ pub enum Activation {
     Gelu,
 }
 
+/// How a norm computes (its parameters, and what it saves for backward).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Norm {
+    /// Llama's RMSNorm: fp32 statistics, cast back, then `weight * x`.
+    Rms,
+    /// Gemma's (and Qwen3-Next's) RMSNorm: `x * rsqrt(…) * (1 + weight)` in fp32, then cast.
+    RmsOffset,
+    /// OLMo 2's RMSNorm: `(weight * x_fp32).to(dtype)`.
+    RmsWeightFirst,
+    /// `nn.LayerNorm` with weight and bias.
+    LayerNorm,
+    /// Cohere's LayerNorm: mean-centred, in fp32, weight only.
+    CohereLayerNorm,
+}
+
+/// Normalisation of queries and keys before RoPE.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QkNorm {
+    None,
+    /// One norm of `head_dim` applied to every head (Qwen3, Gemma 3, GLM-4.5+, Qwen3-Next).
+    Head,
+    /// One norm over all heads' width (OLMo 2: `q_dim` and `kv_dim` weights).
+    Full,
+    /// Llama 4: a weightless L2 norm per head, on RoPE layers only.
+    L2,
+    /// Cohere's `use_qk_norm`: a LayerNorm with a weight per head and dimension.
+    CohereHead,
+}
+
+/// Where a decoder layer's norms sit and how its two halves combine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Block {
+    /// `x + attn(norm(x))`, then `x + mlp(norm(x))`.
+    Pre,
+    /// Gemma: a norm before and after each half (four per layer).
+    Sandwich,
+    /// OLMo 2: `x + norm(attn(x))`, `x + norm(mlp(x))`.
+    Post,
+    /// Cohere, Falcon-7B: `x + attn(norm(x)) + mlp(norm(x))`, one norm.
+    Parallel,
+    /// GPT-NeoX, Falcon's new decoder: `x + attn(norm1(x)) + mlp(norm2(x))`.
+    ParallelTwoNorms,
+}
+
+/// What a decoder layer's token mixer is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum AttnType {
+    /// Causal attention over every earlier token.
+    #[default]
+    Full,
+    /// Causal attention over the last `sliding_window` tokens.
+    Sliding,
+    /// Attention within chunks of `attention_chunk_size` tokens (Llama 4).
+    Chunked,
+    /// A linear-attention (gated DeltaNet) layer with a fixed-size state (Qwen3-Next).
+    Linear,
+}
+
+impl AttnType {
+    /// The one-letter code of a layer pattern (`layer_types` as a knob carries it).
+    pub fn code(self) -> char {
+        match self {
+            AttnType::Full => 'f',
+            AttnType::Sliding => 's',
+            AttnType::Chunked => 'c',
+            AttnType::Linear => 'l',
+        }
+    }
+
+    /// The name `config.json`'s `layer_types` uses.
+    pub fn hf_name(self) -> &'static str {
+        match self {
+            AttnType::Full => "full_attention",
+            AttnType::Sliding => "sliding_attention",
+            AttnType::Chunked => "chunked_attention",
+            AttnType::Linear => "linear_attention",
+        }
+    }
+}
+
 /// What sets a decoder layer's ops apart from another's. Layers of one kind replay
 /// identically, so the engine replays each kind once and composes runs of them in the
 /// model's order ([`Architecture::runs`]).
@@ -48,6 +223,10 @@ pub enum Activation {
 pub struct LayerKind {
     /// The MLP is a mixture of experts (otherwise dense, of width `intermediate`).
     pub moe: bool,
+    /// The token mixer.
+    pub attn: AttnType,
+    /// No rotary embedding in this layer (NoPE).
+    pub nope: bool,
 }
 
 /// Mixture-of-experts feed-forward.
@@ -59,11 +238,53 @@ pub struct Moe {
     pub expert_intermediate: u64,
     /// Always-active shared experts (DeepSeek), each of width `expert_intermediate`.
     pub shared_experts: u64,
+    /// Width of the shared expert MLP when it is not `shared_experts × expert_intermediate`
+    /// (Qwen2-MoE, Qwen3-Next, Llama 4); 0 otherwise.
+    pub shared_intermediate: u64,
+    /// The shared expert's output is scaled by `sigmoid(shared_expert_gate(x))` (Qwen).
+    pub shared_gate: bool,
     /// Leading layers that keep a dense MLP of width `Architecture::intermediate`.
     pub first_dense_layers: u64,
-    /// A per-expert bias used only for routing (DeepSeek-V3's `e_score_correction_bias`): an
-    /// fp32 buffer, not a parameter.
+    /// After them, which layers are MoE: cyclic over the layer index (empty: all).
+    pub pattern: Vec<bool>,
+    /// Layers that stay dense whatever the pattern says (Qwen's `mlp_only_layers`), sorted.
+    pub dense_layers: Vec<u64>,
+    /// A per-expert bias used only for routing (DeepSeek-V3's `e_score_correction_bias`): a
+    /// buffer, not a parameter.
     pub router_bias: bool,
+    /// The router is a linear layer with a bias parameter (gpt-oss).
+    pub router_linear_bias: bool,
+    /// The experts' projections have biases (gpt-oss).
+    pub expert_bias: bool,
+}
+
+impl Moe {
+    /// A mixture of `experts` experts of width `i`, `top_k` per token, in every layer.
+    pub fn new(experts: u64, top_k: u64, i: u64) -> Moe {
+        Moe {
+            experts,
+            top_k,
+            expert_intermediate: i,
+            shared_experts: 0,
+            shared_intermediate: 0,
+            shared_gate: false,
+            first_dense_layers: 0,
+            pattern: Vec::new(),
+            dense_layers: Vec::new(),
+            router_bias: false,
+            router_linear_bias: false,
+            expert_bias: false,
+        }
+    }
+
+    /// The width of the shared expert MLP (0: none).
+    pub fn shared_width(&self) -> u64 {
+        if self.shared_intermediate > 0 {
+            self.shared_intermediate
+        } else {
+            self.shared_experts * self.expert_intermediate
+        }
+    }
 }
 
 /// Multi-head latent attention (DeepSeek-V2/V3).
@@ -74,6 +295,36 @@ pub struct Mla {
     pub qk_nope_head_dim: u64,
     pub qk_rope_head_dim: u64,
     pub v_head_dim: u64,
+}
+
+/// Qwen3-Next's gated DeltaNet (the linear-attention layers).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LinearAttn {
+    pub key_heads: u64,
+    pub value_heads: u64,
+    pub key_dim: u64,
+    pub value_dim: u64,
+    pub conv_kernel: u64,
+}
+
+impl LinearAttn {
+    /// Channels of the short convolution (queries, keys and values).
+    pub fn conv_dim(&self) -> u64 {
+        2 * self.key_heads * self.key_dim + self.value_heads * self.value_dim
+    }
+}
+
+/// How a published checkpoint stores its weights (`quantization_config`), which decides the
+/// weights' bytes when it is loaded for inference on a GPU that runs the format natively.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Quant {
+    /// MXFP4 experts (gpt-oss): 4-bit values with one 8-bit scale per 32, i.e. 4.25 bits per
+    /// expert weight; everything else in bf16.
+    Mxfp4,
+    /// Fine-grained fp8 (DeepSeek-V3, Kimi K2): every linear weight (experts included) as
+    /// float8 with one fp32 scale per `block × block` tile; embeddings, norms, router and LM
+    /// head in bf16.
+    Fp8 { block: u64 },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -103,6 +354,38 @@ pub struct Architecture {
     pub dropout: Dropout,
     pub moe: Option<Moe>,
     pub mla: Option<Mla>,
+    pub norm: Norm,
+    pub qk_norm: QkNorm,
+    pub block: Block,
+    /// q, k and v come from one projection (`qkv_proj`, `query_key_value`).
+    pub fused_qkv: bool,
+    /// The MLP is gated (SwiGLU / GeGLU: gate, up and down projections).
+    pub gated: bool,
+    /// Gate and up come from one projection (`gate_up_proj`).
+    pub fused_gate_up: bool,
+    /// Dimensions of each head that RoPE rotates (0: no rotary embedding).
+    pub rope_dim: u64,
+    /// Tokens a sliding layer attends to (`sliding_window`).
+    pub sliding_window: Option<u64>,
+    /// Tokens per chunk of a chunked layer (`attention_chunk_size`).
+    pub chunk: Option<u64>,
+    /// Each layer's token mixer, cyclic over the layer index (empty: all full attention).
+    pub layer_types: Vec<AttnType>,
+    /// Layers without RoPE, cyclic over the layer index (empty: RoPE everywhere).
+    pub nope: Vec<bool>,
+    /// The attention output is gated by a sigmoid of a second half of `q_proj` (Qwen3-Next).
+    pub attn_gate: bool,
+    /// Learned attention sinks, one per head (gpt-oss).
+    pub sinks: bool,
+    /// Attention scores are softcapped with tanh (Gemma 2; eager attention only).
+    pub attn_softcap: bool,
+    /// Logits are softcapped with tanh (Gemma 2).
+    pub final_softcap: bool,
+    pub linear: Option<LinearAttn>,
+    pub quant: Option<Quant>,
+    /// Keys and values are broadcast to every query head before the cache and attention
+    /// (Falcon's new decoder architecture).
+    pub kv_expanded: bool,
 }
 
 /// A weight matrix of a linear layer: `inp` × `out` (+ `out` bias).
@@ -143,7 +426,61 @@ use crate::hf::{MAX_DIM, MAX_EXPERTS, MAX_FFN, MAX_LAYERS, MAX_VOCAB};
 /// Largest model accepted: beyond this a scenario is a typo, not a model.
 const MAX_PARAMS: u64 = 100_000_000_000_000; // 10^14
 
+/// The element of a cyclic pattern at `l` (`default` when the pattern is empty).
+fn cyclic<T: Copy>(p: &[T], l: u64, default: T) -> T {
+    if p.is_empty() {
+        default
+    } else {
+        p[(l % p.len() as u64) as usize]
+    }
+}
+
 impl Architecture {
+    /// A Llama-like decoder of the given widths; every newer feature off.
+    pub fn base(family: Family, hidden: u64, layers: u64, heads: u64, intermediate: u64) -> Self {
+        Architecture {
+            family,
+            hidden,
+            layers,
+            heads,
+            kv_heads: heads,
+            head_dim: hidden.checked_div(heads).unwrap_or(0),
+            intermediate,
+            vocab: 0,
+            tied_embeddings: false,
+            learned_positions: None,
+            qkv_bias: false,
+            o_bias: false,
+            mlp_bias: false,
+            activation: Activation::Silu,
+            dropout: Dropout {
+                embd: 0.0,
+                attn: 0.0,
+                resid: 0.0,
+            },
+            moe: None,
+            mla: None,
+            norm: Norm::Rms,
+            qk_norm: QkNorm::None,
+            block: Block::Pre,
+            fused_qkv: false,
+            gated: true,
+            fused_gate_up: false,
+            rope_dim: hidden.checked_div(heads).unwrap_or(0),
+            sliding_window: None,
+            chunk: None,
+            layer_types: Vec::new(),
+            nope: Vec::new(),
+            attn_gate: false,
+            sinks: false,
+            attn_softcap: false,
+            final_softcap: false,
+            linear: None,
+            quant: None,
+            kv_expanded: false,
+        }
+    }
+
     /// Check sizes and relations; `at` prefixes the field names in errors.
     pub fn validate(&self, at: &str) -> Result<()> {
         let f = |k: &str| format!("{at}{k}");
@@ -175,6 +512,12 @@ impl Architecture {
                 ),
             ));
         }
+        if self.rope_dim > self.head_dim {
+            return Err(Error::new(
+                f("partial_rotary_factor"),
+                "rotates more dimensions than a head has",
+            ));
+        }
         for (k, p) in [
             ("attn_pdrop", self.dropout.attn),
             ("resid_pdrop", self.dropout.resid),
@@ -187,6 +530,33 @@ impl Architecture {
                 ));
             }
         }
+        for (k, w) in [
+            ("sliding_window", self.sliding_window),
+            ("attention_chunk_size", self.chunk),
+        ] {
+            if let Some(w) = w {
+                positive(k, w, crate::hf::MAX_POSITIONS)?;
+            }
+        }
+        let uses = |t: AttnType| (0..self.layers).any(|l| self.attn_type(l) == t);
+        if uses(AttnType::Sliding) && self.sliding_window.is_none() {
+            return Err(Error::new(
+                f("sliding_window"),
+                "is required by sliding_attention layers",
+            ));
+        }
+        if uses(AttnType::Chunked) && self.chunk.is_none() {
+            return Err(Error::new(
+                f("attention_chunk_size"),
+                "is required by chunked_attention layers",
+            ));
+        }
+        if uses(AttnType::Linear) && self.linear.is_none() {
+            return Err(Error::new(
+                f("layer_types"),
+                "linear_attention layers need a model type that has them (qwen3_next)",
+            ));
+        }
         if let Some(m) = &self.moe {
             positive("num_local_experts", m.experts, MAX_EXPERTS)?;
             positive("num_experts_per_tok", m.top_k, m.experts)?;
@@ -197,10 +567,16 @@ impl Architecture {
                     "is larger than the limit",
                 ));
             }
-            if m.first_dense_layers > self.layers {
+            if m.shared_intermediate > MAX_FFN {
+                return Err(Error::new(
+                    f("shared_expert_intermediate_size"),
+                    "is larger than the limit",
+                ));
+            }
+            if m.first_dense_layers > MAX_LAYERS {
                 return Err(Error::new(
                     f("first_k_dense_replace"),
-                    "is larger than the number of layers",
+                    "is larger than the limit",
                 ));
             }
         }
@@ -215,6 +591,22 @@ impl Architecture {
                 return Err(Error::new(
                     f("qk_nope_head_dim"),
                     "is larger than the limit",
+                ));
+            }
+        }
+        if let Some(x) = &self.linear {
+            positive("linear_num_key_heads", x.key_heads, MAX_DIM)?;
+            positive("linear_num_value_heads", x.value_heads, MAX_DIM)?;
+            positive("linear_key_head_dim", x.key_dim, MAX_DIM)?;
+            positive("linear_value_head_dim", x.value_dim, MAX_DIM)?;
+            positive("linear_conv_kernel_dim", x.conv_kernel, MAX_DIM)?;
+            if !x.value_heads.is_multiple_of(x.key_heads) {
+                return Err(Error::new(
+                    f("linear_num_value_heads"),
+                    format!(
+                        "{} value heads cannot be grouped over {} key heads (must divide)",
+                        x.value_heads, x.key_heads
+                    ),
                 ));
             }
         }
@@ -241,9 +633,23 @@ impl Architecture {
         self.kv_heads * self.head_dim
     }
 
-    /// Linear layers of one decoder layer's attention, in execution order.
+    /// Linear layers of an ordinary (full-attention) layer's attention, in execution order.
     pub fn attention_linears(&self) -> Vec<(&'static str, Linear)> {
+        self.attention_linears_of(AttnType::Full)
+    }
+
+    /// Linear layers of the token mixer `t`, in execution order.
+    pub fn attention_linears_of(&self, t: AttnType) -> Vec<(&'static str, Linear)> {
         let h = self.hidden;
+        if let (AttnType::Linear, Some(x)) = (t, &self.linear) {
+            let k = x.key_heads * x.key_dim;
+            let v = x.value_heads * x.value_dim;
+            return vec![
+                ("in_proj_qkvz", Linear::new(h, 2 * k + 2 * v, false)),
+                ("in_proj_ba", Linear::new(h, 2 * x.value_heads, false)),
+                ("out_proj", Linear::new(v, h, false)),
+            ];
+        }
         if let Some(m) = &self.mla {
             let qk = m.qk_nope_head_dim + m.qk_rope_head_dim;
             let mut v = Vec::new();
@@ -272,13 +678,32 @@ impl Architecture {
             ));
             return v;
         }
+        let q = if self.attn_gate {
+            2 * self.q_dim()
+        } else {
+            self.q_dim()
+        };
         match self.family {
             Family::Gpt2 => vec![
                 ("c_attn", Linear::new(h, 3 * h, true)),
                 ("c_proj", Linear::new(h, h, true)),
             ],
+            Family::Falcon | Family::GptNeox => vec![
+                (
+                    "query_key_value",
+                    Linear::new(h, q + 2 * self.kv_dim(), self.qkv_bias),
+                ),
+                ("dense", Linear::new(self.q_dim(), h, self.o_bias)),
+            ],
+            _ if self.fused_qkv => vec![
+                (
+                    "qkv_proj",
+                    Linear::new(h, q + 2 * self.kv_dim(), self.qkv_bias),
+                ),
+                ("o_proj", Linear::new(self.q_dim(), h, self.o_bias)),
+            ],
             _ => vec![
-                ("q_proj", Linear::new(h, self.q_dim(), self.qkv_bias)),
+                ("q_proj", Linear::new(h, q, self.qkv_bias)),
                 ("k_proj", Linear::new(h, self.kv_dim(), self.qkv_bias)),
                 ("v_proj", Linear::new(h, self.kv_dim(), self.qkv_bias)),
                 ("o_proj", Linear::new(self.q_dim(), h, self.o_bias)),
@@ -286,52 +711,78 @@ impl Architecture {
         }
     }
 
-    /// Parameters of the attention's norms inside the attention (MLA's latent norms).
-    fn attention_norm_params(&self) -> u64 {
-        match &self.mla {
-            Some(m) => m.q_lora_rank.unwrap_or(0) + m.kv_lora_rank,
-            None => 0,
-        }
-    }
-
     /// Parameters of one norm of width `w`.
-    fn norm_params(&self, w: u64) -> u64 {
-        match self.family {
-            Family::Gpt2 => 2 * w, // LayerNorm: weight + bias
-            _ => w,                // RMSNorm: weight
+    pub(crate) fn norm_params(&self, w: u64) -> u64 {
+        match self.norm {
+            Norm::LayerNorm => 2 * w,
+            _ => w,
         }
     }
 
     /// Linear layers of a dense MLP of width `i`.
     pub fn mlp_linears(&self, i: u64) -> Vec<(&'static str, Linear)> {
         let h = self.hidden;
+        let b = self.mlp_bias;
         match self.family {
             Family::Gpt2 => vec![
                 ("c_fc", Linear::new(h, i, true)),
                 ("c_proj", Linear::new(i, h, true)),
             ],
+            Family::Falcon | Family::GptNeox => vec![
+                ("dense_h_to_4h", Linear::new(h, i, b)),
+                ("dense_4h_to_h", Linear::new(i, h, b)),
+            ],
+            _ if !self.gated => vec![
+                ("c_fc", Linear::new(h, i, b)),
+                ("c_proj", Linear::new(i, h, b)),
+            ],
+            _ if self.fused_gate_up => vec![
+                ("gate_up_proj", Linear::new(h, 2 * i, b)),
+                ("down_proj", Linear::new(i, h, b)),
+            ],
             _ => vec![
-                ("gate_proj", Linear::new(h, i, self.mlp_bias)),
-                ("up_proj", Linear::new(h, i, self.mlp_bias)),
-                ("down_proj", Linear::new(i, h, self.mlp_bias)),
+                ("gate_proj", Linear::new(h, i, b)),
+                ("up_proj", Linear::new(h, i, b)),
+                ("down_proj", Linear::new(i, h, b)),
             ],
         }
     }
 
+    /// Width of a dense (non-MoE) layer's MLP.
+    pub fn dense_intermediate(&self) -> u64 {
+        self.intermediate
+    }
+
     /// Whether the MLP is gated (SwiGLU: gate, up and down projections).
     pub fn gated_mlp(&self) -> bool {
-        self.family != Family::Gpt2
+        self.gated
     }
 
     /// Whether decoder layer `l` (0-based) has a mixture of experts.
     pub fn is_moe_layer(&self, l: u64) -> bool {
-        self.moe.as_ref().is_some_and(|m| l >= m.first_dense_layers)
+        self.moe.as_ref().is_some_and(|m| {
+            l >= m.first_dense_layers && cyclic(&m.pattern, l, true) && !m.dense_layers.contains(&l)
+        })
+    }
+
+    /// The token mixer of layer `l`.
+    pub fn attn_type(&self, l: u64) -> AttnType {
+        cyclic(&self.layer_types, l, AttnType::Full)
+    }
+
+    /// Whether layer `l` has no rotary embedding.
+    pub fn is_nope(&self, l: u64) -> bool {
+        self.rope_dim == 0 || cyclic(&self.nope, l, false)
     }
 
     /// The kind of decoder layer `l` (0-based): the one place that says how layers differ.
     pub fn layer_kind(&self, l: u64) -> LayerKind {
+        let attn = self.attn_type(l);
         LayerKind {
             moe: self.is_moe_layer(l),
+            attn,
+            // A linear-attention layer has no RoPE to drop.
+            nope: attn != AttnType::Linear && self.is_nope(l),
         }
     }
 
@@ -372,48 +823,21 @@ impl Architecture {
         c
     }
 
-    /// Parameters of one decoder layer: (total, routed experts, active per token).
+    /// Parameters of one decoder layer: (total, routed experts, active per token), from its
+    /// tensors ([`crate::params::layer`]); `None` on overflow.
     pub(crate) fn layer_params(&self, kind: LayerKind) -> Option<(u64, u64, u64)> {
-        let moe_layer = kind.moe;
-        let mut total = 0u64;
-        for (_, l) in self.attention_linears() {
-            total = total.checked_add(l.params())?;
-        }
-        total = total.checked_add(self.attention_norm_params())?;
-        total = total.checked_add(2 * self.norm_params(self.hidden))?;
-        let mut routed = 0u64;
-        let mut active = total;
-        match (&self.moe, moe_layer) {
-            (Some(m), true) => {
-                let one: u64 = self
-                    .mlp_linears(m.expert_intermediate)
-                    .iter()
-                    .map(|(_, l)| l.params())
-                    .sum();
-                routed = one.checked_mul(m.experts)?;
-                let shared = one.checked_mul(m.shared_experts)?;
-                // The router's weight. DeepSeek-V3's routing bias (`e_score_correction_bias`)
-                // is a buffer in transformers, not a parameter.
-                let router = self.hidden.checked_mul(m.experts)?;
-                total = total
-                    .checked_add(routed)?
-                    .checked_add(shared)?
-                    .checked_add(router)?;
-                active = active
-                    .checked_add(one.checked_mul(m.top_k)?)?
-                    .checked_add(shared)?
-                    .checked_add(router)?;
-            }
-            _ => {
-                let mlp: u64 = self
-                    .mlp_linears(self.intermediate)
-                    .iter()
-                    .map(|(_, l)| l.params())
-                    .sum();
-                total = total.checked_add(mlp)?;
-                active = active.checked_add(mlp)?;
+        let (mut total, mut routed) = (0u64, 0u64);
+        for t in crate::params::layer(self, kind) {
+            let n = t.dim0.checked_mul(t.rest)?;
+            total = total.checked_add(n)?;
+            if t.expert {
+                routed = routed.checked_add(n)?;
             }
         }
+        let active = match &self.moe {
+            Some(m) if routed > 0 => total - routed + routed / m.experts * m.top_k,
+            _ => total,
+        };
         Some((total, routed, active))
     }
 
@@ -462,8 +886,8 @@ impl Architecture {
             .expect("validated architectures do not overflow")
     }
 
-    /// Bytes of KV cache per token per layer per element size, as Hugging Face's `DynamicCache`
-    /// stores it: keys and values of every key/value head. For MLA, transformers stores the
+    /// Elements of the keys and values one attention layer computes per token (what ring
+    /// attention exchanges): every key/value head's keys and values; for MLA, the
     /// decompressed per-head keys (nope + rope) and values.
     pub fn kv_elems_per_token_layer(&self) -> u64 {
         match &self.mla {
@@ -472,6 +896,123 @@ impl Architecture {
             }
             None => 2 * self.kv_dim(),
         }
+    }
+
+    /// Elements per token that transformers' default cache keeps for one attention layer:
+    /// keys and values of every key/value head, or MLA's compressed latent and its RoPE key
+    /// (`kv_lora_rank + qk_rope_head_dim`, viewed as one head).
+    pub fn cache_elems_per_token_layer(&self) -> u64 {
+        match &self.mla {
+            Some(m) => m.kv_lora_rank + m.qk_rope_head_dim,
+            None if self.kv_expanded => 2 * self.q_dim(),
+            None => 2 * self.kv_dim(),
+        }
+    }
+
+    /// Tokens a layer of type `t` keeps in transformers' `DynamicCache` once `n` tokens have
+    /// gone through it: all of them, or for sliding and chunked layers `window − 1` once `n`
+    /// reaches the window (`DynamicSlidingWindowLayer.update` keeps
+    /// `full_key_states[:, :, -window + 1:]`). Linear layers keep a fixed state (0 tokens).
+    pub fn cached_tokens(&self, t: AttnType, n: f64) -> f64 {
+        let window = match t {
+            AttnType::Full => None,
+            AttnType::Sliding => self.sliding_window,
+            AttnType::Chunked => self.chunk,
+            AttnType::Linear => return 0.0,
+        };
+        match window {
+            Some(w) if n >= w as f64 => (w - 1) as f64,
+            _ => n,
+        }
+    }
+
+    /// Bytes of one linear-attention layer's fixed state for a batch of `batch` sequences:
+    /// the convolution's last `conv_kernel` inputs in the compute dtype (`elem` bytes) and the
+    /// recurrent state in fp32 (`torch_chunk_gated_delta_rule` computes in float32 and the
+    /// cache keeps its final state).
+    pub fn linear_state_bytes(&self, batch: f64, elem: f64) -> f64 {
+        match &self.linear {
+            Some(x) => {
+                batch * x.conv_dim() as f64 * x.conv_kernel as f64 * elem
+                    + batch * (x.value_heads * x.key_dim * x.value_dim) as f64 * 4.0
+            }
+            None => 0.0,
+        }
+    }
+
+    /// Bytes of the weights as the published checkpoint stores them (`quantization_config`),
+    /// the rest in a dtype of `elem` bytes; `None` when the checkpoint is not quantized.
+    /// MXFP4: each routed expert's weight row as 4-bit values (16 bytes per 32) and one
+    /// 8-bit scale per 32; fp8: every linear weight (experts included, LM head excluded) as
+    /// one byte per value and an fp32 scale per `block × block` tile.
+    pub fn checkpoint_weight_bytes(&self, elem: f64) -> Option<f64> {
+        let q = self.quant?;
+        let total = self.checked_params()?.total as f64;
+        // (rows, inputs, copies) of every quantized matrix of a layer of kind `k`.
+        let matrices = |k: LayerKind| -> Vec<(u64, u64, u64)> {
+            let mut v = Vec::new();
+            let experts = match (&self.moe, k.moe) {
+                (Some(m), true) => {
+                    let i = m.expert_intermediate;
+                    let rows = if self.gated { 2 * i } else { i };
+                    vec![(rows, self.hidden, m.experts), (self.hidden, i, m.experts)]
+                }
+                _ => Vec::new(),
+            };
+            match q {
+                Quant::Mxfp4 => v.extend(experts),
+                Quant::Fp8 { .. } => {
+                    v.extend(experts);
+                    for (_, l) in self.attention_linears_of(k.attn) {
+                        v.push((l.out, l.inp, 1));
+                    }
+                    let mlp = match (&self.moe, k.moe) {
+                        (Some(m), true) => m.shared_width(),
+                        _ => self.dense_intermediate(),
+                    };
+                    if mlp > 0 {
+                        for (_, l) in self.mlp_linears(mlp) {
+                            v.push((l.out, l.inp, 1));
+                        }
+                    }
+                }
+            }
+            v
+        };
+        let (mut elems, mut bytes) = (0.0, 0.0);
+        for (k, n) in self
+            .kinds()
+            .into_iter()
+            .zip(self.kind_counts(0, self.layers))
+        {
+            for (rows, inp, copies) in matrices(k) {
+                let (r, i, c, n) = (rows as f64, inp as f64, copies as f64, n as f64);
+                elems += n * c * r * i;
+                bytes += n
+                    * c
+                    * match q {
+                        Quant::Mxfp4 => r * (i / 32.0).ceil() * (16.0 + 1.0),
+                        Quant::Fp8 { block } => {
+                            let b = block as f64;
+                            r * i + (r / b).ceil() * (i / b).ceil() * 4.0
+                        }
+                    };
+            }
+        }
+        Some((total - elems) * elem + bytes)
+    }
+
+    /// Bytes of everything transformers' default cache holds after `n` tokens of a batch of
+    /// `batch` sequences, the cached tensors in a dtype of `elem` bytes (tensor shapes, as
+    /// the cache's layers report them).
+    pub fn kv_cache_bytes(&self, batch: f64, n: f64, elem: f64) -> f64 {
+        let per_token = self.cache_elems_per_token_layer() as f64 * elem * batch;
+        (0..self.layers)
+            .map(|l| match self.attn_type(l) {
+                AttnType::Linear => self.linear_state_bytes(batch, elem),
+                t => self.cached_tokens(t, n) * per_token,
+            })
+            .sum()
     }
 }
 

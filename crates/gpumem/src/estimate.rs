@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use crate::arch::Architecture;
+use crate::arch::{Architecture, AttnType};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::gpu::CUDA_CONTEXT_BYTES;
@@ -179,11 +179,17 @@ pub fn estimate(s: &Scenario) -> Result<Estimate> {
             )
         }
         Some(a) => {
-            if a.mla.is_some() {
-                notes.push("DeepSeek MLA: the KV cache is counted as transformers stores it (decompressed per-head keys and values), not as a latent cache".into());
+            if a.mla.is_some() && !train {
+                notes.push("MLA: the KV cache holds the compressed latent and the RoPE key per token and layer, as transformers 5 caches it".into());
+            }
+            if checkpoint_format(s, a) {
+                notes.push(match a.quant {
+                    Some(crate::arch::Quant::Mxfp4) => "weights as the checkpoint stores them: MXFP4 experts (4.25 bits per weight; transformers needs the `kernels` package and compute capability ≥ 7.5, else it dequantizes to bf16)".into(),
+                    _ => "weights as the checkpoint stores them: fp8 linears with fp32 block scales (compute capability ≥ 8.9)".into(),
+                });
             }
             if a.moe.is_some() {
-                notes.push("MoE: tokens are assumed evenly routed; experts run as transformers' eager loop".into());
+                notes.push("MoE: tokens are assumed evenly routed; experts run as transformers 5's grouped_mm (all routed rows gathered at once)".into());
             }
             if train {
                 let r = train_step(s, a, base, grads, grads_full, &mut timeline);
@@ -228,7 +234,10 @@ pub fn estimate(s: &Scenario) -> Result<Estimate> {
         }
     }
     if !train {
-        parts.push(("kv_cache", (peak - weights - at_peak.total()).max(0.0)));
+        // The cache at the peak: what the layers so far keep (prefill), or all of it at a
+        // decode step (the rest of the peak).
+        let kv = at_peak.get(Cat::KvCache) + (peak - weights - at_peak.total()).max(0.0);
+        parts.push(("kv_cache", kv));
     }
     let components = bounded_components(&parts)?;
     let peak_bytes: u64 = components.values().sum();
@@ -1364,6 +1373,11 @@ impl ModelStates {
                     Some(a) if !p.weights.is_float_compute() => {
                         quantized_weights(a, p.weights, p.compute())
                     }
+                    // Inference loads a quantized checkpoint as it is stored (fp8 needs
+                    // compute capability 8.9: an A100 gets it dequantized).
+                    Some(a) if checkpoint_format(s, a) => a
+                        .checkpoint_weight_bytes(p.weights.bytes())
+                        .unwrap_or(nf * p.weights.bytes()),
                     _ => nf * p.weights.bytes(),
                 };
                 ModelStates {
@@ -1402,6 +1416,21 @@ impl ModelStates {
             }
         }
     }
+}
+
+/// Whether inference keeps the weights in the checkpoint's own quantized format (MXFP4 or
+/// fp8, `quantization_config`): the precision asks for 16-bit weights and the GPU runs the
+/// format (transformers dequantizes fp8 to bf16 below compute capability 8.9, e.g. on A100).
+pub(crate) fn checkpoint_format(s: &Scenario, a: &Architecture) -> bool {
+    let w = s.precision.weights;
+    let on_a100 = s.gpu_name.starts_with("A100");
+    s.mode == Mode::Inference
+        && matches!(w, DType::Bf16 | DType::F16)
+        && match a.quant {
+            Some(crate::arch::Quant::Mxfp4) => true,
+            Some(crate::arch::Quant::Fp8 { .. }) => !on_a100,
+            None => false,
+        }
 }
 
 /// (count, rows, cols) of every parameter tensor, for optimizers whose state depends on
@@ -1570,6 +1599,9 @@ struct Generation {
     prefill: Seg,
     nodes: Vec<step::Node>,
     kv_prefill: f64,
+    /// What the cache holds in memory while decoding.
+    kv_decode: f64,
+    /// What it reports at the end.
     kv_final: f64,
     /// Decode's last token: the whole cache, one layer's keys or values twice for a moment,
     /// one token's activations and fp32 logits.
@@ -1649,15 +1681,46 @@ fn generation(s: &Scenario, a: &Architecture, record: bool) -> Generation {
             at: w(Phase::PrefillHead, "generate() keeps the last token"),
         }));
     }
-    let kv_elem = a.kv_elems_per_token_layer() as f64 * ctx.c.bytes();
+    let b = s.batch as f64;
+    let c = ctx.c.bytes();
+    let per_token = a.cache_elems_per_token_layer() as f64 * c * b;
     let kv_len = (s.seq + s.new_tokens.max(1) - 1) as f64;
-    let per_layer = s.batch as f64 * kv_len * kv_elem / 2.0;
+    // What the cache reports at the end (transformers' tensor shapes: window − 1 tokens per
+    // sliding layer, MLA's latent, linear layers' fixed state).
+    let kv_final = a.kv_cache_bytes(b, kv_len, c);
+    // What it holds in memory: after the prefill every attention layer's storage has all
+    // `seq` tokens (a sliding layer keeps a view of the last window − 1 of them); once
+    // decoding, a sliding or chunked layer's storage is one window, re-made at each step.
+    let state = a.linear_state_bytes(b, c);
+    let window = |t: AttnType| match t {
+        AttnType::Sliding => a.sliding_window,
+        AttnType::Chunked => a.chunk,
+        _ => None,
+    };
+    let (mut kv_prefill, mut kv_decode) = (0.0, 0.0);
+    for l in 0..a.layers {
+        match a.attn_type(l) {
+            AttnType::Linear => {
+                kv_prefill += state;
+                kv_decode += state;
+            }
+            t => {
+                kv_prefill += ctx.t * per_token / b;
+                let n = window(t).map_or(kv_len, |w| kv_len.min(w as f64));
+                kv_decode += n * per_token;
+            }
+        }
+    }
+    // Decode: the cache grows by concatenation (a layer's keys or values exist twice for a
+    // moment), plus one token's activations and fp32 logits.
+    let per_layer = kv_len * per_token / 2.0;
     Generation {
         prefill: seg,
         nodes,
-        kv_prefill: a.layers as f64 * ctx.t * kv_elem,
-        kv_final: a.layers as f64 * s.batch as f64 * kv_len * kv_elem,
-        decode_extra: per_layer + s.batch as f64 * (a.vocab as f64) * (ctx.c.bytes() + 4.0),
+        kv_prefill,
+        kv_decode,
+        kv_final,
+        decode_extra: per_layer + b * (a.vocab as f64) * (c + 4.0),
         st,
     }
 }
@@ -1676,12 +1739,12 @@ fn inference(
     });
     let r_peak = g.prefill.peak;
     let r_phase = g.prefill.at.words();
-    let (kv_prefill, kv_final) = (g.kv_prefill, g.kv_final);
+    let (kv_prefill, kv_decode, kv_final) = (g.kv_prefill, g.kv_decode, g.kv_final);
     tl.push(Point {
         phase: "after prefill (KV cache filled)".into(),
         bytes: (weights + kv_prefill).round() as u64,
     });
-    let decode = kv_final + g.decode_extra;
+    let decode = kv_decode + g.decode_extra;
     let mut at_peak = r_peak;
     let mut phase = r_phase;
     // Prefill's bytes include the cache; report the cache separately.
@@ -1691,14 +1754,11 @@ fn inference(
         at_peak = Bytes::of(Cat::Temporaries, g.decode_extra);
         decode
     } else {
-        // Separate the cache from the activations at the prefill peak.
-        let kv_at = kv_prefill.min(at_peak.0[Cat::Activations as usize]);
-        at_peak.0[Cat::Activations as usize] -= kv_at;
         prefill_peak
     };
     tl.push(Point {
         phase: "end of generation".into(),
-        bytes: (weights + kv_final).round() as u64,
+        bytes: (weights + kv_decode).round() as u64,
     });
     (weights + peak, phase, kv_final, at_peak)
 }
@@ -1713,7 +1773,7 @@ fn inference_recorded(
     let mut tail = Vec::new();
     if s.new_tokens > 0 {
         let mut b = Bytes::of(Cat::Weights, weights);
-        b.add(Cat::KvCache, g.kv_final);
+        b.add(Cat::KvCache, g.kv_decode);
         b.add(Cat::Temporaries, g.decode_extra);
         tail.push((
             b,

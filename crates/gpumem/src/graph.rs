@@ -7,7 +7,9 @@
 //! Under `torch.autocast`, every linear casts its input to the compute dtype itself (a fresh
 //! copy per linear) and uses a cached low-precision copy of its weight, which it saves.
 
-use crate::arch::{Activation, Architecture, Family, Linear};
+use crate::arch::{
+    Activation, Architecture, AttnType, Block, Family, LayerKind, Linear, Norm, QkNorm,
+};
 use crate::dtype::DType;
 use crate::scenario::{Attention, Finetune, Loss, Recompute, Scenario};
 use crate::tape::{Cat, OpSpec, Tape, Tid};
@@ -203,6 +205,12 @@ impl<'c, 'a> Builder<'c, 'a> {
         }
     }
 
+    /// `t` is what the KV cache keeps of this layer (inference).
+    fn cache_kv(&mut self, t: Tid) {
+        self.tape.set_cat(t, Cat::KvCache);
+        self.kv.push(t);
+    }
+
     fn reg(&mut self, t: Tid, d: DType) -> Tid {
         if self.dt.len() <= t {
             self.dt.resize(t + 1, DType::F32);
@@ -214,6 +222,15 @@ impl<'c, 'a> Builder<'c, 'a> {
 
     fn d(&self, t: Tid) -> DType {
         self.dt[t]
+    }
+
+    /// Run `f` with the ops it records that name nothing named `name` (the module, as
+    /// transformers calls it: the timeline's and the ledgers' labels).
+    fn named<T>(&mut self, name: &'static str, f: impl FnOnce(&mut Self) -> T) -> T {
+        let prev = self.tape.scope(name);
+        let r = f(self);
+        self.tape.scope(prev);
+        r
     }
 
     pub fn input(&mut self, elems: f64, d: DType, rg: bool) -> Tid {
@@ -454,31 +471,84 @@ impl<'c, 'a> Builder<'c, 'a> {
         self.cast(sum, tokens * out, c)
     }
 
-    /// RMSNorm as Llama writes it: upcast, pow, mean, rsqrt, mul, downcast, weight mul.
-    fn rms_norm(&mut self, x: Tid, width: f64, t: f64) -> Tid {
+    /// A norm of `width` over `t` rows, computed as `norm` computes it: `stats` per-row
+    /// statistics (one per row and head for a per-head norm), a weight of `wparams` elements
+    /// (none for Llama 4's L2 norm). Returns the output in the input's dtype.
+    fn norm_as(&mut self, x: Tid, width: f64, t: f64, norm: NormOp, wparams: f64) -> Tid {
         let input = self.d(x);
         let f32 = DType::F32;
-        let x32 = self.cast(x, t * width, f32);
-        let sq = self.op(&[x32], t * width, f32, &[x32]);
-        let var = self.op(&[sq], t, f32, &[]);
-        let r = self.op_saving_output(&[var], t, f32, Cat::Activations);
-        let n32 = self.mul(x32, r, t * width);
-        let n = self.cast(n32, t * width, input);
-        self.weight_mul(n, width, t)
+        let stats = match norm {
+            NormOp::Norm(_, groups) | NormOp::L2(groups) => t * groups,
+        };
+        let e = t * width;
+        match norm {
+            NormOp::Norm(Norm::LayerNorm, _) => self.layer_norm(x, width, t),
+            NormOp::Norm(Norm::CohereLayerNorm, _) => {
+                // Mean-centred in fp32: `x - mean` is computed twice (for the variance and
+                // for the normalised value), each kept by its consumer.
+                let x32 = self.cast(x, e, f32);
+                let mean = self.op(&[x32], stats, f32, &[]);
+                let d1 = self.op(&[x32, mean], e, f32, &[]);
+                let sq = self.op(&[d1], e, f32, &[d1]);
+                let var = self.op(&[sq], stats, f32, &[]);
+                let r = self.op_saving_output(&[var], stats, f32, Cat::Activations);
+                let d2 = self.op(&[x32, mean], e, f32, &[]);
+                let n32 = self.mul(d2, r, e);
+                let w = self.weight_mul_params(n32, e, wparams);
+                self.cast(w, e, input)
+            }
+            NormOp::Norm(Norm::RmsOffset | Norm::RmsWeightFirst, _) => {
+                // `(x * rsqrt(mean(x²))) * (1 + w)` (or `w * …`) in fp32, then cast: the fp32
+                // normalised value is kept for the weight's grad.
+                let x32 = self.cast(x, e, f32);
+                let sq = self.op(&[x32], e, f32, &[x32]);
+                let var = self.op(&[sq], stats, f32, &[]);
+                let r = self.op_saving_output(&[var], stats, f32, Cat::Activations);
+                let n32 = self.mul(x32, r, e);
+                let w = self.weight_mul_params(n32, e, wparams);
+                self.cast(w, e, input)
+            }
+            NormOp::Norm(Norm::Rms, _) => {
+                let x32 = self.cast(x, e, f32);
+                let sq = self.op(&[x32], e, f32, &[x32]);
+                let var = self.op(&[sq], stats, f32, &[]);
+                let r = self.op_saving_output(&[var], stats, f32, Cat::Activations);
+                let n32 = self.mul(x32, r, e);
+                let n = self.cast(n32, e, input);
+                self.weight_mul_params(n, e, wparams)
+            }
+            NormOp::L2(_) => {
+                let x32 = self.cast(x, e, f32);
+                let sq = self.op(&[x32], e, f32, &[x32]);
+                let var = self.op(&[sq], stats, f32, &[]);
+                let r = self.op_saving_output(&[var], stats, f32, Cat::Activations);
+                let n32 = self.mul(x32, r, e);
+                self.cast(n32, e, input)
+            }
+        }
     }
 
-    /// `weight * x` of a norm: saves `x` for the weight's grad.
-    fn weight_mul(&mut self, n: Tid, width: f64, t: f64) -> Tid {
+    /// RMSNorm as Llama writes it: upcast, pow, mean, rsqrt, mul, downcast, weight mul.
+    fn rms_norm(&mut self, x: Tid, width: f64, t: f64) -> Tid {
+        self.norm_as(x, width, t, NormOp::Norm(Norm::Rms, 1.0), width)
+    }
+
+    /// `weight * x` over `elems` elements with a weight of `wparams` elements (none: a
+    /// weightless norm leaves `x` as it is).
+    fn weight_mul_params(&mut self, n: Tid, elems: f64, wparams: f64) -> Tid {
+        if wparams <= 0.0 {
+            return n;
+        }
         let trainable = self.ctx.base_trainable();
         let d = self.d(n);
         let saved: Vec<Tid> = if trainable { vec![n] } else { vec![] };
         self.op_spec(
             OpSpec {
                 inputs: &[n],
-                out_bytes: t * width * d.bytes(),
+                out_bytes: elems * d.bytes(),
                 saved: &saved,
                 weights_rg: trainable,
-                param_grads: width * self.ctx.g.bytes(),
+                param_grads: wparams * self.ctx.g.bytes(),
                 ..OpSpec::default()
             },
             d,
@@ -507,10 +577,7 @@ impl<'c, 'a> Builder<'c, 'a> {
 
     /// The model's norm over `t` tokens of `width`.
     fn norm(&mut self, x: Tid, width: f64, t: f64) -> Tid {
-        match self.ctx.arch.family {
-            Family::Gpt2 => self.layer_norm(x, width, t),
-            _ => self.rms_norm(x, width, t),
-        }
+        self.norm_as(x, width, t, NormOp::Norm(self.ctx.arch.norm, 1.0), width)
     }
 
     /// Into the tensor-parallel region: a column-parallel linear needs its input whole. Under
@@ -587,17 +654,22 @@ impl<'c, 'a> Builder<'c, 'a> {
         }
     }
 
-    /// Rotary embedding on a projection: `x * cos + rotate_half(x) * sin`. The tables are
-    /// fp32 under autocast (built from the fp32 hidden states), so the result promotes.
-    fn rope(&mut self, x: Tid, elems: f64) -> Tid {
+    /// Rotary embedding on a projection of `elems` elements, as the family writes it (see
+    /// [`RopeStyle`]). The tables are fp32 under autocast, so the result promotes.
+    fn rope(&mut self, x: Tid, elems: f64, style: RopeStyle) -> Tid {
         let d = if self.ctx.autocast {
             DType::F32
         } else {
             self.d(x)
         };
-        let tmp = 2.0 * elems * d.bytes();
+        let tmp = match style {
+            RopeStyle::Plain => 2.0 * elems * d.bytes(),
+            RopeStyle::Cat => 3.0 * elems * d.bytes(),
+            RopeStyle::Fp32 => 3.0 * elems * 4.0,
+        };
         self.op_spec(
             OpSpec {
+                name: "rotary embedding",
                 inputs: &[x],
                 out_bytes: elems * d.bytes(),
                 fwd_temp: tmp,
@@ -607,9 +679,44 @@ impl<'c, 'a> Builder<'c, 'a> {
         )
     }
 
+    /// How this model applies RoPE.
+    fn rope_style(&self) -> RopeStyle {
+        let a = self.ctx.arch;
+        match a.family {
+            Family::Cohere | Family::Cohere2 | Family::Olmo2 | Family::Llama4 => RopeStyle::Fp32,
+            Family::Phi3 | Family::GptNeox | Family::GptOss => RopeStyle::Cat,
+            _ if a.rope_dim < a.head_dim => RopeStyle::Cat,
+            _ => RopeStyle::Plain,
+        }
+    }
+
+    /// Whether layers of `kind` attend through an explicit mask under SDPA: a sliding or
+    /// chunked layer once the sequence reaches its window (transformers skips the mask, and
+    /// lets SDPA run causally, only while every token sees all earlier ones).
+    fn masked(&self, kind: LayerKind) -> bool {
+        let a = self.ctx.arch;
+        let s = self.ctx.seq * self.ctx.cp;
+        let reaches = |w: Option<u64>| w.is_some_and(|w| s >= w as f64);
+        match kind.attn {
+            AttnType::Sliding => reaches(a.sliding_window),
+            AttnType::Chunked => reaches(a.chunk),
+            AttnType::Full | AttnType::Linear => false,
+        }
+    }
+
     /// The attention core over q (heads × dq), k (kv_heads × dq), v (kv_heads × dv); returns
-    /// the output as `[tokens, heads × dv]`.
-    fn attention_core(&mut self, q: Tid, k: Tid, v: Tid, shape: Heads) -> Tid {
+    /// the output as `[tokens, heads × dv]`. `mask`: SDPA is given an explicit mask;
+    /// `copy_out`: the query was made contiguous (a `cat` in its RoPE), so SDPA's output is
+    /// laid out head-major and the model's `transpose(1, 2).contiguous()` copies it.
+    fn attention_core(
+        &mut self,
+        q: Tid,
+        k: Tid,
+        v: Tid,
+        shape: Heads,
+        mask: bool,
+        copy_out: bool,
+    ) -> Tid {
         let Heads {
             heads,
             kv_heads,
@@ -617,29 +724,52 @@ impl<'c, 'a> Builder<'c, 'a> {
             dv,
         } = shape;
         let ctx = self.ctx;
+        let a = ctx.arch;
         let (t, b, s) = (ctx.t, ctx.batch, ctx.seq);
         let c = ctx.c;
         let (hq, hk) = (heads as f64, kv_heads as f64);
         let out_elems = t * hq * dv as f64;
         let scores = b * hq * s * s;
-        let p_drop = if ctx.train {
-            ctx.arch.dropout.attn
-        } else {
-            0.0
-        };
+        let p_drop = if ctx.train { a.dropout.attn } else { 0.0 };
         let selective = ctx.recompute == Recompute::Selective && ctx.train;
         // Inputs under autocast are cast to the compute dtype by sdpa/matmul.
         let q = self.cast(q, t * hq * dq as f64, c);
         let k = self.cast(k, t * hk * dq as f64, c);
         let v = self.cast(v, t * hk * dv as f64, c);
-        let kernel = if dq != dv && ctx.attention == Attention::Sdpa {
+        // Falcon's multi-query attention calls SDPA with one key/value head for all query
+        // heads and no `enable_gqa`: neither flash nor the memory-efficient kernel takes that.
+        let mqa_broadcast = a.family == Family::Falcon && heads != kv_heads;
+        let kernel = if mqa_broadcast {
+            SdpaKernel::Math
+        } else if dq != dv && ctx.attention == Attention::Sdpa {
             // Flash needs equal head dims; the memory-efficient kernel does not.
+            SdpaKernel::MemEfficient
+        } else if mask && matches!(c, DType::Bf16 | DType::F16) {
+            // Flash takes no arbitrary mask.
             SdpaKernel::MemEfficient
         } else {
             ctx.sdpa_kernel(heads, kv_heads, dq)
         };
+        // With a mask transformers repeats K/V to every query head itself (a copy, unless a
+        // single head broadcasts as a view).
+        let repeat = |bld: &mut Self, x: Tid, d: u64| -> Tid {
+            if mask && kv_heads > 1 && kv_heads != heads {
+                bld.op(&[x], t * hq * d as f64, c, &[])
+            } else {
+                x
+            }
+        };
         match (ctx.attention, kernel) {
             (Attention::Sdpa, SdpaKernel::Flash | SdpaKernel::MemEfficient) => {
+                let k = repeat(self, k, dq);
+                let v = repeat(self, v, dv);
+                let mut inputs = vec![q, k, v];
+                if mask {
+                    // SDPA turns the boolean mask into an additive one in the query's dtype;
+                    // the memory-efficient kernel keeps it for backward.
+                    let m = self.op(&[], b * s * s, c, &[]);
+                    inputs.push(m);
+                }
                 // Saves q, k, v, the output and the per-row logsumexp; backward accumulates dq
                 // in fp32.
                 let lse = b * hq * s * 4.0;
@@ -660,9 +790,9 @@ impl<'c, 'a> Builder<'c, 'a> {
                 let o = self.op_spec(
                     OpSpec {
                         name: "sdpa (flash)",
-                        inputs: &[q, k, v],
+                        inputs: &inputs,
                         out_bytes: out_elems * c.bytes(),
-                        saved: &[q, k, v],
+                        saved: &inputs,
                         fwd_temp,
                         bwd_temp,
                         ..OpSpec::default()
@@ -670,36 +800,51 @@ impl<'c, 'a> Builder<'c, 'a> {
                     c,
                 );
                 self.tape.save_self(o);
-                if ctx.cp > 1.0 && ctx.cp_lb {
-                    // With load balancing, the ranks that merge partial outputs (the first,
-                    // the worst) get the merged output back as (batch, heads, seq, dim): the
-                    // model's transpose().contiguous() is a real copy, which the output
-                    // projection saves.
+                if (ctx.cp > 1.0 && ctx.cp_lb) || copy_out {
+                    // The output comes back as (batch, heads, seq, dim) (under context
+                    // parallelism with load balancing, on the ranks that merge partial
+                    // outputs: the first, the worst): the model's transpose().contiguous() is
+                    // a real copy, which the output projection saves.
                     return self.op(&[o], out_elems, c, &[]);
                 }
                 o
             }
             (Attention::Sdpa, SdpaKernel::Math) => {
-                // ATen's math path: scale q, repeat_interleave k and v to all heads, matmul,
-                // in-place mask add, softmax (saved), matmul.
+                // ATen's math path, in fp32 for 16-bit inputs (torch ≥ 2.5 upcasts unless
+                // reduced-precision math is allowed): scale q, repeat k and v to all heads
+                // (a broadcast single head stays a view), matmul, mask, softmax (saved),
+                // matmul, cast back.
+                let m = if c.bytes() < 4.0 { DType::F32 } else { c };
                 let qe = t * hq * dq as f64;
-                let qs = self.op(&[q], qe, c, &[]);
-                let kr = self.op(&[k], qe, c, &[]);
-                let ks = self.op(&[kr], qe, c, &[]);
-                let qk = [qs, ks];
+                let hk_rep = if mqa_broadcast { hk } else { hq };
+                let qm = self.cast(q, qe, m);
+                let qs = self.op(&[qm], qe, m, &[]);
+                let km = self.cast(k, t * hk * dq as f64, m);
+                let kr = if hk_rep != hk {
+                    self.op(&[km], t * hk_rep * dq as f64, m, &[])
+                } else {
+                    km
+                };
+                let qk = [qs, kr];
                 let sc = self.op_spec(
                     OpSpec {
                         inputs: &qk,
-                        out_bytes: scores * c.bytes(),
+                        out_bytes: scores * m.bytes(),
                         saved: if selective { &[] } else { &qk },
-                        fwd_temp: s * s * (1.0 + c.bytes()),
+                        fwd_temp: s * s * (1.0 + m.bytes()),
                         ..OpSpec::default()
                     },
-                    c,
+                    m,
                 );
-                let p = self.softmax(sc, scores, c);
-                let vr = self.op(&[v], t * hq * dv as f64, c, &[]);
-                let o = self.op(&[p, vr], out_elems, c, &[p, vr]);
+                let p = self.softmax(sc, scores, m);
+                let vm = self.cast(v, t * hk * dv as f64, m);
+                let vr = if hk_rep != hk {
+                    self.op(&[vm], t * hk_rep * dv as f64, m, &[])
+                } else {
+                    vm
+                };
+                let o = self.op(&[p, vr], out_elems, m, &[p, vr]);
+                let o = self.cast(o, out_elems, c);
                 // (b, h, s, d) → (b, s, h·d): a contiguous copy.
                 self.op(&[o], out_elems, c, &[])
             }
@@ -734,11 +879,13 @@ impl<'c, 'a> Builder<'c, 'a> {
             dv,
         } = shape;
         let ctx = self.ctx;
+        let a = ctx.arch;
         let (t, b, s, c) = (ctx.t, ctx.batch, ctx.seq, ctx.c);
         let hq = heads as f64;
         let scores = b * hq * s * s;
         let out_elems = t * hq * dv as f64;
-        let (kr, vr) = if heads != kv_heads {
+        // repeat_kv: a copy unless one head broadcasts.
+        let (kr, vr) = if heads != kv_heads && kv_heads > 1 {
             (
                 self.op(&[k], t * hq * dq as f64, c, &[]),
                 self.op(&[v], t * hq * dv as f64, c, &[]),
@@ -747,14 +894,29 @@ impl<'c, 'a> Builder<'c, 'a> {
             (k, v)
         };
         let sc = self.op(&[q, kr], scores, c, &[q, kr]);
-        let scaled = self.op(&[sc], scores, c, &[]);
+        let mut scaled = self.op(&[sc], scores, c, &[]);
+        if a.attn_softcap {
+            // Gemma 2: `tanh(scores / cap) * cap`; tanh keeps its output.
+            let div = self.op(&[scaled], scores, c, &[]);
+            let th = self.op_saving_output(&[div], scores, c, Cat::Activations);
+            scaled = self.op(&[th], scores, c, &[]);
+        }
         let masked = self.op(&[scaled], scores, c, &[]);
-        let p = match ctx.arch.family {
+        let p = match a.family {
             // GPT-2: softmax in the compute dtype (fp32 under autocast), then `.type(v.dtype)`.
             Family::Gpt2 => {
                 let sd = if ctx.autocast { DType::F32 } else { c };
                 let p = self.softmax(masked, scores, sd);
                 self.cast(p, scores, c)
+            }
+            // gpt-oss: the sinks are a last column of the scores; the row max is subtracted
+            // and the softmax runs in the scores' dtype (its output, sinks included, is kept).
+            _ if a.sinks => {
+                let wide = b * hq * s * (s + 1.0);
+                let cat = self.op(&[masked], wide, c, &[]);
+                let max = self.op(&[cat], b * hq * s * 2.0, c, &[]);
+                let sub = self.op(&[cat, max], wide, c, &[]);
+                self.softmax(sub, wide, c)
             }
             // Llama & co: `softmax(dtype=float32).to(query.dtype)`.
             _ => {
@@ -767,77 +929,162 @@ impl<'c, 'a> Builder<'c, 'a> {
         self.op(&[o], out_elems, c, &[])
     }
 
-    /// Self-attention of the layer (norm included); returns the attention output projection.
-    fn attention_block(&mut self, x: Tid) -> (Tid, Tid) {
+    /// The layer's token mixer over `y` (its normed input, whole under tensor parallelism);
+    /// returns the output projection's result (a partial sum under tensor parallelism).
+    fn attention(&mut self, y: Tid, kind: LayerKind) -> Tid {
         let ctx = self.ctx;
         let a = ctx.arch;
         let t = ctx.t;
         let h = a.hidden as f64;
         let tp = ctx.tp;
+        let c = ctx.c;
+        if kind.attn == AttnType::Linear {
+            return self.linear_attention(y);
+        }
+        let lin = a.attention_linears_of(kind.attn);
+        if let Some(m) = &a.mla {
+            return self.mla_attention(y, &lin, m.clone());
+        }
         // Heads on this rank.
         let (heads, kv_heads) = (
             (a.heads as f64 / tp) as u64,
             (a.kv_heads as f64 / tp) as u64,
         );
-        let lin = a.attention_linears();
-        let y = self.norm(x, h, ctx.tsp);
-        let yf = self.enter_tp(y, h);
-        if let Some(m) = &a.mla {
-            let o = self.mla_attention(yf, &lin, m.clone());
-            return (y, self.leave_tp(o, h));
-        }
-        let o = match a.family {
-            Family::Gpt2 => {
-                let qkv = self.linear(yf, lin[0].1, lin[0].0, t);
-                let e = t * h / tp * ctx.c.bytes();
-                let parts = self.tape.split(qkv, &[e, e, e]);
-                for &p in &parts {
-                    self.reg(p, ctx.c);
-                }
-                let core = self.attention_core(
-                    parts[0],
-                    parts[1],
-                    parts[2],
-                    Heads {
-                        heads,
-                        kv_heads: heads,
-                        dq: a.head_dim,
-                        dv: a.head_dim,
-                    },
-                );
-                let proj = self.linear(core, lin[1].1, lin[1].0, t);
-                let proj = self.leave_tp(proj, h);
-                self.dropout(proj, ctx.tsp * h, a.dropout.resid)
+        let hd = a.head_dim;
+        if a.family == Family::Gpt2 {
+            let qkv = self.linear(y, lin[0].1, lin[0].0, t);
+            let e = t * h / tp * c.bytes();
+            let parts = self.tape.split(qkv, &[e, e, e]);
+            for &p in &parts {
+                self.reg(p, c);
             }
-            _ => {
-                let q = self.linear(yf, lin[0].1, lin[0].0, t);
-                let k = self.linear(yf, lin[1].1, lin[1].0, t);
-                let v = self.linear(yf, lin[2].1, lin[2].0, t);
-                let q = self.rope(q, t * (heads * a.head_dim) as f64);
-                let k = self.rope(k, t * (kv_heads * a.head_dim) as f64);
-                if !ctx.train {
-                    self.kv.push(k);
-                    self.kv.push(v);
+            let core = self.attention_core(
+                parts[0],
+                parts[1],
+                parts[2],
+                Heads {
+                    heads,
+                    kv_heads: heads,
+                    dq: hd,
+                    dv: hd,
+                },
+                false,
+                false,
+            );
+            return self.linear(core, lin[1].1, lin[1].0, t);
+        }
+        let qe = t * (heads * hd) as f64;
+        let ke = t * (kv_heads * hd) as f64;
+        // q, k and v: one fused projection split into views, or three.
+        let (mut q, mut k, v, gate) = if a.fused_qkv {
+            let qkv = self.linear(y, lin[0].1, lin[0].0, t);
+            let d = self.d(qkv);
+            let parts = self
+                .tape
+                .split(qkv, &[qe * d.bytes(), ke * d.bytes(), ke * d.bytes()]);
+            for &p in &parts {
+                self.reg(p, d);
+            }
+            (parts[0], parts[1], parts[2], None)
+        } else {
+            let q = self.linear(y, lin[0].1, lin[0].0, t);
+            let (q, gate) = if a.attn_gate {
+                // Qwen3-Next: q_proj gives the query and a gate, interleaved per head; the
+                // gate's reshape is a copy.
+                let d = self.d(q);
+                let parts = self.tape.split(q, &[qe * d.bytes(), qe * d.bytes()]);
+                for &p in &parts {
+                    self.reg(p, d);
                 }
-                let core = self.attention_core(
-                    q,
-                    k,
-                    v,
-                    Heads {
-                        heads,
-                        kv_heads,
-                        dq: a.head_dim,
-                        dv: a.head_dim,
-                    },
-                );
-                let o = self.linear(core, lin[3].1, lin[3].0, t);
-                self.leave_tp(o, h)
+                let g = self.op(&[parts[1]], qe, d, &[]);
+                (parts[0], Some(g))
+            } else {
+                (q, None)
+            };
+            let k = self.linear(y, lin[1].1, lin[1].0, t);
+            let v = self.linear(y, lin[2].1, lin[2].0, t);
+            (q, k, v, gate)
+        };
+        let rope = !kind.nope && a.rope_dim > 0;
+        let style = self.rope_style();
+        let norm = |b: &mut Self, x: Tid, n: f64, e: f64, before_rope: bool| -> Tid {
+            match a.qk_norm {
+                QkNorm::Head if before_rope => {
+                    b.norm_as(x, n * hd as f64, t, NormOp::Norm(a.norm, n), hd as f64)
+                }
+                QkNorm::Full if before_rope => {
+                    b.norm_as(x, e / t, t, NormOp::Norm(a.norm, 1.0), e / t)
+                }
+                QkNorm::CohereHead if before_rope => b.norm_as(
+                    x,
+                    n * hd as f64,
+                    t,
+                    NormOp::Norm(Norm::CohereLayerNorm, n),
+                    n * hd as f64,
+                ),
+                // Llama 4 normalises after RoPE, on RoPE layers only.
+                QkNorm::L2 if !before_rope && rope => {
+                    b.norm_as(x, n * hd as f64, t, NormOp::L2(n), 0.0)
+                }
+                _ => x,
             }
         };
-        (y, o)
+        let (hq, hk) = (heads as f64, kv_heads as f64);
+        q = norm(self, q, hq, qe, true);
+        k = norm(self, k, hk, ke, true);
+        if rope {
+            q = self.rope(q, qe, style);
+            k = self.rope(k, ke, style);
+        }
+        q = norm(self, q, hq, qe, false);
+        k = norm(self, k, hk, ke, false);
+        if a.family == Family::Llama4 && kind.nope {
+            // Attention temperature tuning on NoPE layers: q times fp32 scales, cast back.
+            let q32 = self.op(&[q], qe, DType::F32, &[]);
+            q = self.cast(q32, qe, self.d(q));
+        }
+        // Falcon's new decoder broadcasts each key/value head to its query heads and
+        // flattens them: copies as wide as the queries.
+        let (k, v, kv_heads) = if a.kv_expanded && kv_heads != heads {
+            (
+                self.op(&[k], qe, self.d(k), &[]),
+                self.op(&[v], qe, self.d(v), &[]),
+                heads,
+            )
+        } else {
+            (k, v, kv_heads)
+        };
+        if !ctx.train {
+            self.cache_kv(k);
+            self.cache_kv(v);
+        }
+        let mask = self.masked(kind) && ctx.attention == Attention::Sdpa;
+        let copy_out = rope && style == RopeStyle::Cat;
+        let mut core = self.attention_core(
+            q,
+            k,
+            v,
+            Heads {
+                heads,
+                kv_heads,
+                dq: hd,
+                dv: hd,
+            },
+            mask,
+            copy_out,
+        );
+        if let Some(g) = gate {
+            let sg = self.op_saving_output(&[g], qe, self.d(g), Cat::Activations);
+            core = self.mul(core, sg, qe);
+        }
+        let o_proj = lin[lin.len() - 1];
+        self.linear(core, o_proj.1, o_proj.0, t)
     }
 
-    /// DeepSeek's multi-head latent attention (transformers `DeepseekV3Attention`).
+    /// DeepSeek's multi-head latent attention (transformers `DeepseekV3Attention`): the
+    /// compressed latent and the shared RoPE key are what the cache keeps; keys and values
+    /// are expanded from the latent for the attention (the values a view of `kv_b_proj`'s
+    /// output, the keys a new tensor), and the query is a `cat` of its two parts.
     fn mla_attention(
         &mut self,
         y: Tid,
@@ -859,31 +1106,165 @@ impl<'c, 'a> Builder<'c, 'a> {
             self.linear(y, lin[0].1, lin[0].0, t)
         };
         let kva = self.linear(y, lin[i].1, lin[i].0, t);
-        let kvn = self.rms_norm(kva, m.kv_lora_rank as f64, t);
-        let kvb = self.linear(kvn, lin[i + 1].1, lin[i + 1].0, t);
-        let dq = m.qk_nope_head_dim + m.qk_rope_head_dim;
-        // q_rot/k_rot through RoPE, then cat into full query and key (new tensors).
-        let qr = self.rope(q, t * heads * m.qk_rope_head_dim as f64);
-        let query = self.op(&[q, qr], t * heads * dq as f64, ctx.c, &[]);
-        let kr = self.rope(kva, t * m.qk_rope_head_dim as f64);
-        let key = self.op(&[kvb, kr], t * heads * dq as f64, ctx.c, &[]);
-        let value = self.op(&[kvb], t * heads * m.v_head_dim as f64, ctx.c, &[]);
-        if !ctx.train {
-            self.kv.push(key);
-            self.kv.push(value);
+        let d = self.d(kva);
+        let parts = self.tape.split(
+            kva,
+            &[
+                t * m.kv_lora_rank as f64 * d.bytes(),
+                t * m.qk_rope_head_dim as f64 * d.bytes(),
+            ],
+        );
+        for &p in &parts {
+            self.reg(p, d);
         }
+        let kvn = self.rms_norm(parts[0], m.kv_lora_rank as f64, t);
+        let dq = m.qk_nope_head_dim + m.qk_rope_head_dim;
+        let style = RopeStyle::Plain;
+        let qr = self.rope(q, t * heads * m.qk_rope_head_dim as f64, style);
+        let kr = self.rope(parts[1], t * m.qk_rope_head_dim as f64, style);
+        if !ctx.train {
+            self.cache_kv(kvn);
+            self.cache_kv(kr);
+        }
+        let query = self.op(&[q, qr], t * heads * dq as f64, ctx.c, &[]);
+        let kvb = self.linear(kvn, lin[i + 1].1, lin[i + 1].0, t);
+        let kvd = self.d(kvb);
+        let nv = (m.qk_nope_head_dim + m.v_head_dim) as f64;
+        let kparts = self.tape.split(
+            kvb,
+            &[
+                t * heads * m.qk_nope_head_dim as f64 * kvd.bytes(),
+                t * heads * m.v_head_dim as f64 * kvd.bytes(),
+            ],
+        );
+        for &p in &kparts {
+            self.reg(p, kvd);
+        }
+        let _ = nv;
+        let key = self.op(&[kparts[0], kr], t * heads * dq as f64, ctx.c, &[]);
         let core = self.attention_core(
             query,
             key,
-            value,
+            kparts[1],
             Heads {
-                heads: a.heads,
-                kv_heads: a.heads,
+                heads: heads as u64,
+                kv_heads: heads as u64,
                 dq,
                 dv: m.v_head_dim,
             },
+            false,
+            true,
         );
         self.linear(core, lin[i + 2].1, lin[i + 2].0, t)
+    }
+
+    /// Qwen3-Next's gated DeltaNet over `y`, as transformers' torch fallback runs it
+    /// (`torch_chunk_gated_delta_rule`, chunks of 64 tokens, fp32 inside): the projections,
+    /// the short causal convolution, fp32 queries, keys and values padded to whole chunks, the
+    /// per-chunk decay and triangular solves, a state per chunk, and the gated RMSNorm.
+    fn linear_attention(&mut self, y: Tid) -> Tid {
+        let ctx = self.ctx;
+        let a = ctx.arch;
+        let x = a.linear.as_ref().expect("a linear-attention layer");
+        let t = ctx.t;
+        let c = ctx.c;
+        let f32 = DType::F32;
+        let tp = ctx.tp;
+        let lin = a.attention_linears_of(AttnType::Linear);
+        let nk = (x.key_heads as f64 / tp).max(1.0);
+        let nv = (x.value_heads as f64 / tp).max(1.0);
+        let (dk, dv) = (x.key_dim as f64, x.value_dim as f64);
+        let (kd, vd) = (nk * dk, nv * dv);
+        let conv = 2.0 * kd + vd;
+        let chunk = 64.0;
+        let chunks = (ctx.seq / chunk).ceil() * ctx.batch;
+        let tpad = chunks * chunk;
+        let qkvz = self.linear(y, lin[0].1, lin[0].0, t);
+        self.tape.hold(qkvz);
+        let ba = self.linear(y, lin[1].1, lin[1].0, t);
+        // Reordering into heads copies q, k, v and z.
+        let z = self.op(&[qkvz], t * vd, c, &[]);
+        let qc = self.op(&[qkvz], t * kd, c, &[]);
+        let kc = self.op(&[qkvz], t * kd, c, &[]);
+        let vc = self.op(&[qkvz], t * vd, c, &[]);
+        let mixed = self.op(&[qc, kc, vc], t * conv, c, &[]);
+        let trainable = ctx.base_trainable();
+        let cv = self.op_spec(
+            OpSpec {
+                name: "conv1d",
+                inputs: &[mixed],
+                out_bytes: (t + ctx.batch * (x.conv_kernel as f64 - 1.0)) * conv * c.bytes(),
+                saved: &[mixed],
+                weights_rg: trainable,
+                param_grads: conv * x.conv_kernel as f64 * ctx.g.bytes(),
+                ..OpSpec::default()
+            },
+            c,
+        );
+        let act = self.op(&[cv], t * conv, c, &[cv]);
+        self.tape.hold(act);
+        // fp32 queries and keys repeated to the value heads, values; gates from `ba`.
+        let g32 = self.op_spec(
+            OpSpec {
+                inputs: &[ba],
+                out_bytes: t * nv * 4.0,
+                saved: &[ba],
+                weights_rg: trainable,
+                param_grads: 2.0 * nv * ctx.g.bytes(),
+                ..OpSpec::default()
+            },
+            f32,
+        );
+        let q32 = self.op(&[act], t * nv * dk, f32, &[]);
+        let k32 = self.op(&[act], t * nv * dk, f32, &[]);
+        let v32 = self.op(&[act], t * nv * dv, f32, &[]);
+        let qn = self.op(&[q32], t * nv * dk, f32, &[q32]);
+        let kn = self.op(&[k32], t * nv * dk, f32, &[k32]);
+        let qs = self.op(&[qn], t * nv * dk, f32, &[qn]);
+        let qp = self.op(&[qs], tpad * nv * dk, f32, &[]);
+        let kp = self.op(&[kn], tpad * nv * dk, f32, &[]);
+        let vp = self.op(&[v32, g32], tpad * nv * dv, f32, &[]);
+        // Within-chunk decay and attention (C × C per chunk and head), the triangular solves
+        // and their products (value-sized), then one state per chunk and its correction: a
+        // chain whose every link is kept for backward.
+        let cc = tpad * nv * chunk;
+        let mut link = self.op(&[qp, kp, g32], cc, f32, &[qp, kp]);
+        for _ in 0..3 {
+            link = self.op(&[link], cc, f32, &[link]);
+        }
+        link = self.op(&[link, vp], cc, f32, &[link, vp]);
+        for _ in 0..4 {
+            link = self.op(&[link], tpad * nv * dv, f32, &[link]);
+        }
+        let states = self.op_spec(
+            OpSpec {
+                name: "gated delta rule (chunks)",
+                inputs: &[link],
+                out_bytes: chunks * nv * (dk * dv + chunk * dv) * 4.0,
+                saved: &[link],
+                fwd_temp: tpad * nv * dv * 4.0,
+                ..OpSpec::default()
+            },
+            f32,
+        );
+        let o32 = self.op(&[states], t * vd, f32, &[states]);
+        if !ctx.train {
+            // The cache keeps the convolution's last inputs and the fp32 recurrent state.
+            let b = ctx.batch;
+            let cs = self.op(&[mixed], b * conv * x.conv_kernel as f64, c, &[]);
+            let rs = self.op(&[states], b * nv * dk * dv, f32, &[]);
+            self.cache_kv(cs);
+            self.cache_kv(rs);
+        }
+        let o = self.cast(o32, t * vd, c);
+        // Qwen3NextRMSNormGated: RMSNorm of the output times silu(z), in fp32.
+        let n = self.norm_as(o, dv, t * nv, NormOp::Norm(Norm::Rms, 1.0), dv);
+        let z32 = self.cast(z, t * vd, f32);
+        let sz = self.op(&[z32], t * vd, f32, &[z32]);
+        let gated = self.mul(n, sz, t * vd);
+        let gated = self.cast(gated, t * vd, c);
+        self.tape.touch(&[qkvz, act]);
+        self.linear(gated, lin[2].1, lin[2].0, t)
     }
 
     /// A dense MLP of width `i` over `y` (`tokens` rows); under tensor parallelism the
@@ -892,21 +1273,33 @@ impl<'c, 'a> Builder<'c, 'a> {
         let a = self.ctx.arch;
         let lin = a.mlp_linears(i);
         let ie = tokens * (i as f64 / self.ctx.tp).ceil();
-        match a.family {
-            Family::Gpt2 => {
-                let hdn = self.linear(y, lin[0].1, lin[0].0, tokens);
-                let act = self.activation(hdn, ie);
-                let out = self.linear(act, lin[1].1, lin[1].0, tokens);
-                self.dropout(out, tokens * a.hidden as f64, a.dropout.resid)
-            }
-            _ => {
-                let gate = self.linear(y, lin[0].1, lin[0].0, tokens);
-                let act = self.activation(gate, ie);
-                let up = self.linear(y, lin[1].1, lin[1].0, tokens);
-                let m = self.mul(act, up, ie);
-                self.linear(m, lin[2].1, lin[2].0, tokens)
-            }
+        if !a.gated {
+            let hdn = self.linear(y, lin[0].1, lin[0].0, tokens);
+            let act = self.named("act", |b| b.activation(hdn, ie));
+            let out = self.linear(act, lin[1].1, lin[1].0, tokens);
+            return self.dropout(out, tokens * a.hidden as f64, a.dropout.resid);
         }
+        let (gate, up, down) = if a.fused_gate_up {
+            let gu = self.linear(y, lin[0].1, lin[0].0, tokens);
+            let d = self.d(gu);
+            let parts = self.tape.split(gu, &[ie * d.bytes(), ie * d.bytes()]);
+            for &p in &parts {
+                self.reg(p, d);
+            }
+            (parts[0], parts[1], lin[1])
+        } else {
+            let gate = self.linear(y, lin[0].1, lin[0].0, tokens);
+            (gate, usize::MAX, lin[2])
+        };
+        let act = self.named("act_fn", |b| b.activation(gate, ie));
+        let up = if up == usize::MAX {
+            self.linear(y, lin[1].1, lin[1].0, tokens)
+        } else {
+            up
+        };
+        let m = self.named("act_fn(gate) * up", |b| b.mul(act, up, ie));
+        let out = self.linear(m, down.1, down.0, tokens);
+        self.dropout(out, tokens * a.hidden as f64, a.dropout.resid)
     }
 
     fn activation(&mut self, x: Tid, elems: f64) -> Tid {
@@ -935,14 +1328,68 @@ impl<'c, 'a> Builder<'c, 'a> {
         }
     }
 
-    /// The routed (and shared) experts of a MoE layer over `y`, as transformers' eager
-    /// expert loop runs them: each expert gathers its tokens, runs its MLP, scales by the
-    /// routing weight, and index-adds into the output. Experts are grouped into at most 8
-    /// groups of equal token counts (saved bytes are exact; transients per group).
+    /// The mixture of experts of a MoE layer over `y` (`[tokens, hidden]`).
     fn moe(&mut self, y: Tid) -> Tid {
         if self.ctx.ep_titan {
             return self.moe_titan(y);
         }
+        if self.ctx.arch.family == Family::Llama4 {
+            return self.moe_dense_bmm(y);
+        }
+        self.moe_grouped(y)
+    }
+
+    /// The router: logits, their probabilities (kept), the top-k routing weights. Returns the
+    /// routing weights (`[tokens, top_k]`).
+    fn router(&mut self, y: Tid) -> Tid {
+        let ctx = self.ctx;
+        let a = ctx.arch;
+        let m = a.moe.as_ref().expect("moe layer");
+        let t = ctx.t;
+        let e = m.experts as f64;
+        let f32 = DType::F32;
+        let trainable = ctx.base_trainable();
+        let fp32_router = matches!(
+            a.family,
+            Family::DeepseekV2 | Family::DeepseekV3 | Family::Glm4Moe
+        );
+        let probs = if fp32_router {
+            // `F.linear(x.float(), weight.float())`: the fp32 copy of the hidden states and
+            // of the router's weight are kept; sigmoid (or softmax) scores in fp32.
+            let x32 = self.cast(y, t * a.hidden as f64, f32);
+            let logits = self.op_spec(
+                OpSpec {
+                    name: "router (fp32)",
+                    inputs: &[x32],
+                    out_bytes: t * e * 4.0,
+                    saved: &[x32],
+                    weights_rg: trainable,
+                    param_grads: e * a.hidden as f64 * ctx.g.bytes(),
+                    fwd_temp: e * a.hidden as f64 * 4.0,
+                    ..OpSpec::default()
+                },
+                f32,
+            );
+            self.op_saving_output(&[logits], t * e, f32, Cat::Activations)
+        } else {
+            let router = Linear::new(a.hidden, m.experts, m.router_linear_bias);
+            let logits = self.linear(y, router, "gate", t);
+            self.op_saving_output(&[logits], t * e, f32, Cat::Activations)
+        };
+        let wd = match a.family {
+            Family::Mixtral | Family::DeepseekV2 | Family::DeepseekV3 | Family::Glm4Moe => f32,
+            _ => ctx.c,
+        };
+        self.op(&[probs], t * m.top_k as f64, wd, &[probs])
+    }
+
+    /// transformers 5's default experts (`grouped_mm_experts_forward`): the tokens sorted by
+    /// expert and gathered (`S = tokens × top_k` rows), one grouped matmul for gate and up
+    /// over the stacked weights, an out-of-place `masked_fill` of its output, the gate, the
+    /// down grouped matmul and its `masked_fill`, the routing weights' product (fp32 when
+    /// they are), the rows put back in order and summed per token, cast back. Then the shared
+    /// expert(s).
+    fn moe_grouped(&mut self, y: Tid) -> Tid {
         let ctx = self.ctx;
         let a = ctx.arch;
         let m = a.moe.as_ref().expect("moe layer");
@@ -950,109 +1397,283 @@ impl<'c, 'a> Builder<'c, 'a> {
         let h = a.hidden as f64;
         let c = ctx.c;
         let trainable = ctx.base_trainable();
-        // Router: linear to expert logits, fp32 softmax (saved), top-k.
-        let router = Linear::new(a.hidden, m.experts, false);
-        let logits = self.linear(y, router, "gate", t);
-        let probs = self.op_saving_output(
-            &[logits],
-            t * m.experts as f64,
-            DType::F32,
-            Cat::Activations,
-        );
-        let weights = self.op(&[probs], t * m.top_k as f64, c, &[]);
-        let groups = m.experts.min(8);
-        // Under transformers' expert-parallel plan a rank holds `experts / ep` of them.
-        let per_group = m.experts as f64 / groups as f64 / ctx.ep;
-        let tokens = t * m.top_k as f64 / groups as f64;
-        let one_expert: u64 = a
-            .mlp_linears(m.expert_intermediate)
-            .iter()
-            .map(|(_, l)| l.params())
-            .sum();
-        // transformers 5 runs the experts outside autocast: in the parameters' dtype, with no
-        // low-precision weight copies (measured: Mixtral under amp-bf16 keeps fp32 expert
-        // activations, tests/data).
+        // Qwen runs the shared expert before the routed ones.
+        let shared_first = m.shared_gate;
+        let shared = |b: &mut Self, y: Tid| -> Option<Tid> {
+            let w = m.shared_width();
+            if w == 0 {
+                return None;
+            }
+            let s = b.mlp(y, w, t);
+            if m.shared_gate {
+                // `sigmoid(shared_expert_gate(x)) * shared`: both kept.
+                let g = b.linear(y, Linear::new(a.hidden, 1, false), "shared_expert_gate", t);
+                let sg = b.op_saving_output(&[g], t, b.d(g), Cat::Activations);
+                return Some(b.mul(s, sg, t * h));
+            }
+            Some(s)
+        };
+        let first = if shared_first { shared(self, y) } else { None };
+        let weights = self.router(y);
+        let wd = self.d(weights);
+        let tp = ctx.tp;
+        let i = (m.expert_intermediate as f64 / tp).ceil();
+        let s = t * m.top_k as f64;
+        // Under transformers' expert-parallel plan a rank holds `experts / ep` of them (every
+        // rank routes all tokens; other ranks' slots are masked and skipped).
+        let experts = m.experts as f64 / ctx.ep;
+        let per = if a.gated { 2.0 * i } else { i };
+        // transformers 5 runs the experts outside autocast: in the parameters' dtype.
         let ec = if ctx.autocast { ctx.w } else { c };
         self.native = ctx.autocast;
-        let yd = self.d(y);
-        let mut out = self.op(&[y], t * h, yd, &[]);
-        // Each expert's select-backward materialises a grad of the whole stacked parameter,
-        // accumulated into .grad: a transient after the first.
-        let stacked = (one_expert * m.experts) as f64 / ctx.ep * ctx.g.bytes();
-        for _ in 0..groups {
-            let cur = self.op(&[y], tokens * h, ec, &[]);
-            // One group stands for `per_group` experts: their stacked weights.
-            let e = self.expert_mlp(cur, m.expert_intermediate, tokens, per_group);
-            let scaled = self.mul(e, weights, tokens * h);
-            let merged = self.op_spec(
-                OpSpec {
-                    inputs: &[out, scaled],
-                    out_bytes: t * h * yd.bytes(),
-                    bwd_temp: if trainable { stacked } else { 0.0 },
-                    passthrough: true,
-                    ..OpSpec::default()
+        let gathered = self.op(&[y], s * h, ec, &[]);
+        // A local of the experts' forward: referenced until it returns.
+        self.tape.hold(gathered);
+        let bias = |on: bool, n: f64| if on { experts * n } else { 0.0 };
+        let gu = self.op_spec(
+            OpSpec {
+                name: "experts gate_up (grouped_mm)",
+                inputs: &[gathered],
+                out_bytes: s * per * ec.bytes(),
+                saved: &[gathered],
+                weights_rg: trainable,
+                param_grads: (experts * per * h + bias(m.expert_bias, per)) * ctx.g.bytes(),
+                // gpt-oss gathers each row's bias before adding it in place.
+                fwd_temp: if m.expert_bias {
+                    s * per * ec.bytes()
+                } else {
+                    0.0
                 },
-                yd,
-            );
-            out = merged;
-        }
+                ..OpSpec::default()
+            },
+            ec,
+        );
+        let filled = self.op(&[gu], s * per, ec, &[]);
+        let ie = s * i;
+        let gated = if !a.gated {
+            self.activation(filled, ie)
+        } else {
+            let parts = self.tape.split(filled, &[ie * ec.bytes(), ie * ec.bytes()]);
+            for &p in &parts {
+                self.reg(p, ec);
+            }
+            if a.family == Family::GptOss {
+                // Clamped SwiGLU: clamp keeps its input; `gate * sigmoid(gate * α)` and
+                // `(up + 1) * glu` keep their operands.
+                let cg = self.op(&[parts[0]], ie, ec, &[parts[0]]);
+                let ga = self.op(&[cg], ie, ec, &[]);
+                let sg = self.op_saving_output(&[ga], ie, ec, Cat::Activations);
+                let glu = self.mul(cg, sg, ie);
+                let cu = self.op(&[parts[1]], ie, ec, &[parts[1]]);
+                let up1 = self.op(&[cu], ie, ec, &[]);
+                self.mul(up1, glu, ie)
+            } else {
+                let act = self.activation(parts[0], ie);
+                self.mul(act, parts[1], ie)
+            }
+        };
+        let dn = self.op_spec(
+            OpSpec {
+                name: "experts down (grouped_mm)",
+                inputs: &[gated],
+                out_bytes: s * h * ec.bytes(),
+                saved: &[gated],
+                weights_rg: trainable,
+                param_grads: (experts * i * h + bias(m.expert_bias, h)) * ctx.g.bytes(),
+                fwd_temp: if m.expert_bias {
+                    s * h * ec.bytes()
+                } else {
+                    0.0
+                },
+                ..OpSpec::default()
+            },
+            ec,
+        );
         self.native = false;
-        if m.shared_experts > 0 {
-            let s = self.mlp(y, m.shared_experts * m.expert_intermediate, t);
-            out = self.add(out, s, t * h);
+        let filled2 = self.op(&[dn], s * h, ec, &[]);
+        let wd2 = promote(ec, wd);
+        let weighted = self.op_spec(
+            OpSpec {
+                inputs: &[filled2, weights],
+                out_bytes: s * h * wd2.bytes(),
+                saved: &[filled2, weights],
+                ..OpSpec::default()
+            },
+            wd2,
+        );
+        let ordered = self.op(&[weighted], s * h, wd2, &[]);
+        let summed = self.op(&[ordered], t * h, wd2, &[]);
+        let yd = self.d(y);
+        let mut out = self.cast(summed, t * h, yd);
+        let later = if shared_first { first } else { shared(self, y) };
+        if let Some(sh) = later {
+            out = self.add(out, sh, t * h);
         }
         out
     }
 
-    /// `experts` experts' SwiGLU MLPs (width `i` each) over `tokens` gathered rows in total,
-    /// with their fused gate_up projection: each row passes through one expert.
-    fn expert_mlp(&mut self, x: Tid, i: u64, tokens: f64, experts: f64) -> Tid {
-        let a = self.ctx.arch;
-        let h = a.hidden;
-        let ie = tokens * i as f64;
-        let n = experts;
-        let gu = self.linear_n(x, Linear::new(h, 2 * i, false), "experts", tokens, n);
-        let c = self.d(gu);
-        let e = ie * c.bytes();
-        let parts = self.tape.split(gu, &[e, e]);
+    /// Llama 4's experts: every token through every expert (`repeat` of the hidden states,
+    /// scaled by the routing scores), gate/up and down as batched matmuls over the stacked
+    /// weights, then the shared expert with the routed sum added in place.
+    fn moe_dense_bmm(&mut self, y: Tid) -> Tid {
+        let ctx = self.ctx;
+        let a = ctx.arch;
+        let m = a.moe.as_ref().expect("moe layer");
+        let t = ctx.t;
+        let h = a.hidden as f64;
+        let c = ctx.c;
+        let trainable = ctx.base_trainable();
+        let e = m.experts as f64;
+        let router = Linear::new(a.hidden, m.experts, false);
+        let logits = self.linear(y, router, "router", t);
+        let scores = self.op(&[logits], t * e, c, &[]);
+        let i = (m.expert_intermediate as f64 / ctx.tp).ceil();
+        let rin = self.op(&[y], e * t * h, c, &[]);
+        let scaled = self.mul(rin, scores, e * t * h);
+        let gu = self.op_spec(
+            OpSpec {
+                name: "experts gate_up (bmm)",
+                inputs: &[scaled],
+                out_bytes: e * t * 2.0 * i * c.bytes(),
+                saved: &[scaled],
+                weights_rg: trainable,
+                param_grads: e * 2.0 * i * h * ctx.g.bytes(),
+                ..OpSpec::default()
+            },
+            c,
+        );
+        let ie = e * t * i;
+        let parts = self.tape.split(gu, &[ie * c.bytes(), ie * c.bytes()]);
         for &p in &parts {
             self.reg(p, c);
         }
-        let act = self.op(&[parts[0]], ie, c, &[parts[0]]);
-        let m = self.mul(act, parts[1], ie);
-        self.linear_n(m, Linear::new(i, h, false), "experts", tokens, n)
+        let act = self.activation(parts[0], ie);
+        let mm = self.mul(parts[1], act, ie);
+        let dn = self.op_spec(
+            OpSpec {
+                name: "experts down (bmm)",
+                inputs: &[mm],
+                out_bytes: e * t * h * c.bytes(),
+                saved: &[mm],
+                weights_rg: trainable,
+                param_grads: e * i * h * ctx.g.bytes(),
+                ..OpSpec::default()
+            },
+            c,
+        );
+        let shared = self.mlp(y, m.shared_width(), t);
+        let summed = self.op(&[dn], t * h, c, &[]);
+        // `out.add_(…)`: in place on the shared expert's output.
+        self.add(shared, summed, t * h)
     }
 
-    /// One decoder layer over `x`; returns its output.
-    pub fn decoder_layer(&mut self, x: Tid, kind: crate::arch::LayerKind) -> Tid {
+    /// The layer's feed-forward over `y` (whole under tensor parallelism).
+    fn ffn(&mut self, y: Tid, kind: LayerKind) -> Tid {
+        let a = self.ctx.arch;
+        if kind.moe {
+            self.moe(y)
+        } else {
+            self.mlp(y, a.dense_intermediate(), self.ctx.t)
+        }
+    }
+
+    /// `residual + x` (Granite scales `x` by its residual multiplier first).
+    fn residual(&mut self, r: Tid, x: Tid, elems: f64) -> Tid {
+        let x = if self.ctx.arch.family == Family::Granite {
+            self.op(&[x], elems, self.d(x), &[])
+        } else {
+            x
+        };
+        self.add(r, x, elems)
+    }
+
+    /// One decoder layer of kind `kind` over `x`; returns its output.
+    pub fn decoder_layer(&mut self, x: Tid, kind: LayerKind) -> Tid {
         if self.ctx.megatron {
             return self.mc_layer(x, kind);
         }
-        let moe_layer = kind.moe;
         let ctx = self.ctx;
         let a = ctx.arch;
         let h = a.hidden as f64;
+        let e = ctx.tsp * h;
+        let resid = a.dropout.resid;
         // The model's loop keeps the layer's input referenced until the layer returns.
         self.tape.hold(x);
-        let (y, attn) = self.attention_block(x);
-        self.tape.touch(&[y]);
-        let r1 = self.add(x, attn, ctx.tsp * h);
-        let y2 = self.norm(r1, h, ctx.tsp);
-        let y2f = self.enter_tp(y2, h);
-        let mlp = if moe_layer {
-            self.moe(y2f)
-        } else {
-            self.mlp(y2f, a.intermediate, ctx.t)
+        let out = match a.block {
+            Block::Pre => {
+                let y = self.named("input_layernorm", |b| b.norm(x, h, ctx.tsp));
+                let yf = self.enter_tp(y, h);
+                let o = self.named("self_attn", |b| b.attention(yf, kind));
+                let o = self.leave_tp(o, h);
+                let o = self.dropout(o, e, resid);
+                self.tape.touch(&[y]);
+                let r1 = self.named("residual", |b| b.residual(x, o, e));
+                let y2 = self.named("post_attention_layernorm", |b| b.norm(r1, h, ctx.tsp));
+                let y2f = self.enter_tp(y2, h);
+                let m = self.named("mlp", |b| b.ffn(y2f, kind));
+                let m = self.leave_tp(m, h);
+                self.tape.touch(&[y2]);
+                self.named("residual", |b| b.residual(r1, m, e))
+            }
+            Block::Sandwich => {
+                let y = self.named("input_layernorm", |b| b.norm(x, h, ctx.tsp));
+                let yf = self.enter_tp(y, h);
+                let o = self.named("self_attn", |b| b.attention(yf, kind));
+                let o = self.leave_tp(o, h);
+                self.tape.touch(&[y]);
+                let o2 = self.named("post_attention_layernorm", |b| b.norm(o, h, ctx.tsp));
+                let r1 = self.named("residual", |b| b.add(x, o2, e));
+                let y2 = self.named("pre_feedforward_layernorm", |b| b.norm(r1, h, ctx.tsp));
+                let y2f = self.enter_tp(y2, h);
+                let m = self.named("mlp", |b| b.ffn(y2f, kind));
+                let m = self.leave_tp(m, h);
+                self.tape.touch(&[y2]);
+                let m2 = self.named("post_feedforward_layernorm", |b| b.norm(m, h, ctx.tsp));
+                self.named("residual", |b| b.add(r1, m2, e))
+            }
+            Block::Post => {
+                let xf = self.enter_tp(x, h);
+                let o = self.named("self_attn", |b| b.attention(xf, kind));
+                let o = self.leave_tp(o, h);
+                let o2 = self.named("post_attention_layernorm", |b| b.norm(o, h, ctx.tsp));
+                let r1 = self.named("residual", |b| b.add(x, o2, e));
+                let rf = self.enter_tp(r1, h);
+                let m = self.named("mlp", |b| b.ffn(rf, kind));
+                let m = self.leave_tp(m, h);
+                let m2 = self.named("post_feedforward_layernorm", |b| b.norm(m, h, ctx.tsp));
+                self.named("residual", |b| b.add(r1, m2, e))
+            }
+            Block::Parallel | Block::ParallelTwoNorms => {
+                let y1 = self.named("input_layernorm", |b| b.norm(x, h, ctx.tsp));
+                let y2 = if a.block == Block::ParallelTwoNorms {
+                    self.named("mlp_layernorm", |b| b.norm(x, h, ctx.tsp))
+                } else {
+                    y1
+                };
+                let y1f = self.enter_tp(y1, h);
+                let o = self.named("self_attn", |b| b.attention(y1f, kind));
+                let o = self.leave_tp(o, h);
+                let o = self.dropout(o, e, resid);
+                let y2f = if y2 == y1 { y1f } else { self.enter_tp(y2, h) };
+                let m = self.named("mlp", |b| b.ffn(y2f, kind));
+                let m = self.leave_tp(m, h);
+                self.tape.touch(&[y1, y2]);
+                self.named("residual", |b| {
+                    let s = b.add(o, m, e);
+                    b.add(s, x, e)
+                })
+            }
         };
-        let mlp = self.leave_tp(mlp, h);
-        self.tape.touch(&[y2]);
-        let out = self.add(r1, mlp, ctx.tsp * h);
         self.tape.set_output(out);
         out
     }
 
     /// Token (and position) embeddings; returns the first layer's input.
     pub fn embedding(&mut self) -> Tid {
+        self.named("embed_tokens", Self::embedding_ops)
+    }
+
+    fn embedding_ops(&mut self) -> Tid {
         if self.ctx.megatron {
             return self.mc_embedding();
         }
@@ -1104,8 +1725,13 @@ impl<'c, 'a> Builder<'c, 'a> {
             self.tape.hold(e);
             let sum = self.add(e, pos, t * h);
             self.dropout(sum, t * h, a.dropout.embd)
+        } else if matches!(a.family, Family::Gemma2 | Family::Gemma3 | Family::Granite) {
+            // Gemma scales the embeddings by sqrt(hidden), Granite by its multiplier: a new
+            // tensor (Gemma's model keeps `inputs_embeds` referenced through the forward).
+            let scaled = self.op(&[e], t * h, ed, &[]);
+            self.dropout(scaled, t * h, a.dropout.embd)
         } else {
-            e
+            self.dropout(e, t * h, a.dropout.embd)
         };
         // A vocabulary-parallel embedding's output is a partial sum over the ranks.
         let out = self.leave_tp(out, h);
@@ -1115,17 +1741,22 @@ impl<'c, 'a> Builder<'c, 'a> {
 
     /// Final norm, LM head and the loss (training) or last-token logits (generation).
     pub fn head(&mut self, x: Tid) -> Tid {
+        self.named("lm_head", |b| b.head_ops(x))
+    }
+
+    fn head_ops(&mut self, x: Tid) -> Tid {
         let ctx = self.ctx;
         let a = ctx.arch;
         let h = a.hidden as f64;
         let v = a.vocab as f64;
-        let y = self.norm(x, h, ctx.t);
+        let y = self.named("norm", |b| b.norm(x, h, ctx.t));
         let head = Linear::new(a.hidden, a.vocab, false);
         if !ctx.train {
             // generate(): logits of the last position only, then an fp32 copy.
             let rows = ctx.batch;
             let last = self.op(&[y], rows * h, self.d(y), &[]);
             let l = self.head_linear(last, head, rows);
+            let l = self.logit_ops(l);
             let l32 = self.cast(l, rows * v, DType::F32);
             self.tape.set_output(l32);
             return l32;
@@ -1148,8 +1779,10 @@ impl<'c, 'a> Builder<'c, 'a> {
                         DType::F32,
                     )
                 };
-                let ls = self.op_saving_output(&[l32], t * v, DType::F32, Cat::Logits);
-                let loss = self.op(&[ls], 1.0, DType::F32, &[]);
+                let ls = self.named("log_softmax", |b| {
+                    b.op_saving_output(&[l32], t * v, DType::F32, Cat::Logits)
+                });
+                let loss = self.named("nll_loss", |b| b.op(&[ls], 1.0, DType::F32, &[]));
                 self.tape.set_output(loss);
                 loss
             }
@@ -1181,20 +1814,24 @@ impl<'c, 'a> Builder<'c, 'a> {
     /// Training: the final norm and the LM head (or, with a fused loss, only the norm: the
     /// fused op does the head's matmul). Returns the output and its dtype.
     pub fn head_logits(&mut self, x: Tid) -> (Tid, DType) {
+        self.named("lm_head", |b| b.head_logits_ops(x))
+    }
+
+    fn head_logits_ops(&mut self, x: Tid) -> (Tid, DType) {
         if self.ctx.megatron {
             return self.mc_head(x);
         }
         let ctx = self.ctx;
         let a = ctx.arch;
         let h = a.hidden as f64;
-        let y = self.norm(x, h, ctx.tsp);
+        let y = self.named("norm", |b| b.norm(x, h, ctx.tsp));
         let out = match ctx.loss {
             Loss::Standard => {
                 let yf = self.enter_tp(y, h);
                 // Column-parallel: this rank's slice of the vocabulary.
                 let vl = (a.vocab as f64 / ctx.tp).ceil() as u64;
                 let local = self.head_linear(yf, Linear::new(a.hidden, vl, false), ctx.t);
-                if ctx.tp > 1.0 && !ctx.lp {
+                let out = if ctx.tp > 1.0 && !ctx.lp {
                     // Without loss_parallel the logits are all-gathered whole on every rank:
                     // the gathered chunks, their copy, then laid out along the vocabulary;
                     // the backward takes this rank's slice of the gradient (a copy).
@@ -1213,7 +1850,8 @@ impl<'c, 'a> Builder<'c, 'a> {
                     )
                 } else {
                     local
-                }
+                };
+                self.logit_ops(out)
             }
             Loss::Fused => y,
         };
@@ -1221,9 +1859,48 @@ impl<'c, 'a> Builder<'c, 'a> {
         (out, self.d(out))
     }
 
+    /// What a family does to its logits before the loss: Gemma 2's softcapping
+    /// (`tanh(logits / cap) * cap`, tanh keeping its output), Cohere's `logit_scale` and
+    /// Granite's `/ logits_scaling` (each a new tensor the size of the logits).
+    fn logit_ops(&mut self, l: Tid) -> Tid {
+        let a = self.ctx.arch;
+        let d = self.d(l);
+        let n = self.tape.bytes(l) / d.bytes();
+        let logits = |b: &mut Self, x: Tid, save_out: bool| -> Tid {
+            let y = b.op_spec(
+                OpSpec {
+                    name: "logits",
+                    inputs: &[x],
+                    out_bytes: n * d.bytes(),
+                    cat: Cat::Logits,
+                    ..OpSpec::default()
+                },
+                d,
+            );
+            if save_out {
+                b.tape.save_self(y);
+            }
+            y
+        };
+        let mut l = l;
+        if a.final_softcap {
+            let div = logits(self, l, false);
+            let th = logits(self, div, true);
+            l = logits(self, th, false);
+        }
+        if matches!(a.family, Family::Cohere | Family::Cohere2 | Family::Granite) {
+            l = logits(self, l, false);
+        }
+        l
+    }
+
     /// Training: the loss over the head's output `x` (the logits, which the caller keeps as
     /// `out.logits`; or the normed hidden state a fused loss takes).
     pub fn loss(&mut self, x: Tid) -> Tid {
+        self.named("loss", |b| b.loss_ops(x))
+    }
+
+    fn loss_ops(&mut self, x: Tid) -> Tid {
         if self.ctx.megatron {
             return self.mc_loss(x);
         }
@@ -1257,7 +1934,7 @@ impl<'c, 'a> Builder<'c, 'a> {
                     DType::F32,
                 );
                 self.tape.save_self(ls);
-                let loss = self.op(&[ls], 1.0, DType::F32, &[]);
+                let loss = self.named("nll_loss", |b| b.op(&[ls], 1.0, DType::F32, &[]));
                 self.tape.set_output(loss);
                 loss
             }
@@ -1277,8 +1954,10 @@ impl<'c, 'a> Builder<'c, 'a> {
                         DType::F32,
                     )
                 };
-                let ls = self.op_saving_output(&[l32], t * v, DType::F32, Cat::Logits);
-                let loss = self.op(&[ls], 1.0, DType::F32, &[]);
+                let ls = self.named("log_softmax", |b| {
+                    b.op_saving_output(&[l32], t * v, DType::F32, Cat::Logits)
+                });
+                let loss = self.named("nll_loss", |b| b.op(&[ls], 1.0, DType::F32, &[]));
                 self.tape.set_output(loss);
                 loss
             }
@@ -1378,4 +2057,24 @@ fn promote(a: DType, b: DType) -> DType {
     } else {
         a
     }
+}
+
+/// Which norm an op computes and over how many groups per row (heads, for a per-head norm).
+#[derive(Clone, Copy, Debug)]
+enum NormOp {
+    Norm(Norm, f64),
+    /// A weightless L2 norm (Llama 4's QK-norm).
+    L2(f64),
+}
+
+/// How a family applies RoPE, which decides its temporaries and whether the rotated query is
+/// contiguous head-major (then SDPA's output is too, and the model's transpose copies it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RopeStyle {
+    /// `x * cos + rotate_half(x) * sin` on the projection's view.
+    Plain,
+    /// Rotated part and pass-through concatenated (partial rotary, Phi-3, GPT-NeoX, gpt-oss).
+    Cat,
+    /// Computed in fp32 and cast back (Cohere, OLMo 2, Llama 4's complex product).
+    Fp32,
 }

@@ -6,7 +6,10 @@
 use crate::num::short;
 use serde_json::{Map, Value};
 
-use crate::arch::{Activation, Architecture, Dropout, Family, Mla, Moe};
+use crate::arch::{
+    Activation, Architecture, AttnType, Block, Dropout, Family, LinearAttn, Mla, Moe, Norm, QkNorm,
+    Quant,
+};
 use crate::error::{Error, Result};
 
 /// Reads typed keys from a JSON object, naming `at.key` in errors.
@@ -34,6 +37,18 @@ impl<'a> Obj<'a> {
             key.to_string()
         } else {
             format!("{}.{key}", self.at)
+        }
+    }
+
+    /// Refuse a key that is not one of `known` (a misspelt `dpp` would otherwise be ignored
+    /// and the estimate made without it), naming it and what is read here.
+    pub fn only(&self, known: &[&str]) -> Result<()> {
+        match self.map.keys().find(|k| !known.contains(&k.as_str())) {
+            None => Ok(()),
+            Some(k) => Err(Error::new(
+                self.path(&crate::knobs::shown(k)),
+                format!("unknown key (known here: {})", known.join(", ")),
+            )),
         }
     }
 
@@ -178,8 +193,8 @@ pub(crate) fn to_u64(v: &Value) -> Option<u64> {
     }
 }
 
-/// Every `config.json` key [`parse_hf_config`] reads: a pasted config keeps these and drops
-/// the rest (tokeniser ids, rope scaling, …), which is what lets a page carry it in its URL.
+/// Every `config.json` key [`parse_hf_config`] reads: a pasted config is parsed whole and
+/// carried by the keys [`to_hf_config`] writes, all of them listed here.
 pub const HF_KEYS: &[&str] = &[
     "model_type",
     "activation_function",
@@ -195,6 +210,7 @@ pub const HF_KEYS: &[&str] = &[
     "attention_dropout",
     "head_dim",
     "hidden_act",
+    "hidden_activation",
     "hidden_size",
     "intermediate_size",
     "mlp_bias",
@@ -204,6 +220,7 @@ pub const HF_KEYS: &[&str] = &[
     "tie_word_embeddings",
     "vocab_size",
     "num_local_experts",
+    "num_experts",
     "num_experts_per_tok",
     "first_k_dense_replace",
     "kv_lora_rank",
@@ -214,32 +231,118 @@ pub const HF_KEYS: &[&str] = &[
     "qk_nope_head_dim",
     "qk_rope_head_dim",
     "v_head_dim",
+    "text_config",
+    "qkv_bias",
+    "use_bias",
+    "bias",
+    "shared_expert_intermediate_size",
+    "decoder_sparse_step",
+    "mlp_only_layers",
+    "moe_layers",
+    "interleave_moe_layer_step",
+    "intermediate_size_mlp",
+    "layer_types",
+    "sliding_window",
+    "use_sliding_window",
+    "max_window_layers",
+    "sliding_window_pattern",
+    "full_attention_interval",
+    "attention_chunk_size",
+    "no_rope_layers",
+    "no_rope_layer_interval",
+    "use_qk_norm",
+    "partial_rotary_factor",
+    "rotary_pct",
+    "final_logit_softcapping",
+    "attn_logit_softcapping",
+    "linear_num_key_heads",
+    "linear_num_value_heads",
+    "linear_key_head_dim",
+    "linear_value_head_dim",
+    "linear_conv_kernel_dim",
+    "residual_dropout",
+    "embedding_dropout",
+    "hidden_dropout",
+    "multi_query",
+    "new_decoder_architecture",
+    "num_kv_heads",
+    "parallel_attn",
+    "num_ln_in_parallel_attn",
+    "alibi",
+    "ffn_hidden_size",
+    "activation",
+    "use_parallel_residual",
+    "quantization_config",
+    "quant_method",
+    "quant_block_size",
 ];
+
+/// The model types [`parse_hf_config`] accepts, as its errors list them.
+pub fn supported_types() -> String {
+    let mut v: Vec<&str> = Family::ALL.iter().map(|f| f.name()).collect();
+    v.extend(["gemma3", "llama4", "kimi_k2"]);
+    v.join(", ")
+}
+
+/// The family of a `model_type` (multimodal wrappers excepted).
+fn family_of(model_type: &str) -> Option<Family> {
+    if model_type == "kimi_k2" {
+        // Kimi K2 ships DeepSeek-V3's remote code (`configuration_deepseek.DeepseekV3Config`).
+        return Some(Family::DeepseekV3);
+    }
+    Family::ALL.into_iter().find(|f| f.name() == model_type)
+}
 
 /// Parse a Hugging Face `config.json` object. `at` is the field path used in errors.
 pub fn parse_hf_config(v: &Value, at: &str) -> Result<Architecture> {
     let o = Obj::new(v, at)?;
     let model_type = match o.str_opt("model_type")? {
         Some(t) => t.to_ascii_lowercase(),
-        None => return Err(Error::new(
-            o.path("model_type"),
-            "is required but missing (one of: gpt2, llama, mistral, qwen2, mixtral, deepseek_v3)",
-        )),
-    };
-    let arch = match model_type.as_str() {
-        "gpt2" => parse_gpt2(&o)?,
-        "llama" | "mistral" | "qwen2" | "mixtral" | "deepseek_v3" => {
-            parse_llama_like(&o, &model_type)?
-        }
-        other => {
+        None => {
             return Err(Error::new(
                 o.path("model_type"),
-                format!(
-                    "unsupported model type '{}' (supported: gpt2, llama, mistral, qwen2, mixtral, deepseek_v3)",
-                    truncate(other, 40)
-                ),
+                format!("is required but missing (one of: {})", supported_types()),
             ))
         }
+    };
+    // Multimodal wrappers: the decoder is their `text_config` (the vision tower is not
+    // modelled).
+    let wrapped = match model_type.as_str() {
+        "gemma3" => Some(Family::Gemma3),
+        "llama4" => Some(Family::Llama4),
+        _ => None,
+    };
+    if let Some(family) = wrapped {
+        let tc = o.get("text_config").ok_or_else(|| {
+            Error::new(
+                o.path("text_config"),
+                format!("is required for model type '{model_type}' (its decoder's config)"),
+            )
+        })?;
+        let inner = Obj::new(tc, &o.path("text_config"))?;
+        let mut a = parse_decoder(&inner, family)?;
+        if a.quant.is_none() {
+            a.quant = quantization(&o)?;
+        }
+        a.validate(&format!("{}.", inner.at))?;
+        return Ok(a);
+    }
+    let arch = match model_type.as_str() {
+        "gpt2" => parse_gpt2(&o)?,
+        t => match family_of(t) {
+            Some(f) => parse_decoder(&o, f)?,
+            None => {
+                return Err(Error::new(
+                    o.path("model_type"),
+                    format!(
+                        "unsupported model type '{}' (supported: {}); the decoder's type is \
+                         `model_type` in config.json",
+                        truncate(t, 40),
+                        supported_types()
+                    ),
+                ))
+            }
+        },
     };
     arch.validate(&format!("{}.", o.at))?;
     Ok(arch)
@@ -283,127 +386,817 @@ fn parse_gpt2(o: &Obj<'_>) -> Result<Architecture> {
         ));
     }
     let p = |k: &str| -> Result<f64> { Ok(o.prob_opt(k)?.unwrap_or(0.1)) };
-    Ok(Architecture {
-        family: Family::Gpt2,
-        hidden,
-        layers: o.bounded_req("n_layer", 1, MAX_LAYERS)?,
-        heads,
-        kv_heads: heads,
-        head_dim: hidden / heads,
-        intermediate: o.bounded_opt("n_inner", 1, MAX_FFN)?.unwrap_or(hidden * 4),
-        vocab: o.bounded_req("vocab_size", 1, MAX_VOCAB)?,
-        tied_embeddings: o.bool_opt("tie_word_embeddings")?.unwrap_or(true),
-        learned_positions: Some(
-            o.bounded_opt("n_positions", 1, MAX_POSITIONS)?
-                .unwrap_or(1024),
-        ),
-        qkv_bias: true,
-        o_bias: true,
-        mlp_bias: true,
-        activation: activation(o, "activation_function", Activation::GeluNew)?,
-        dropout: Dropout {
-            embd: p("embd_pdrop")?,
-            attn: p("attn_pdrop")?,
-            resid: p("resid_pdrop")?,
-        },
-        moe: None,
-        mla: None,
+    let layers = o.bounded_req("n_layer", 1, MAX_LAYERS)?;
+    let mut a = Architecture::base(Family::Gpt2, hidden, layers, heads, 0);
+    a.intermediate = o.bounded_opt("n_inner", 1, MAX_FFN)?.unwrap_or(hidden * 4);
+    a.vocab = o.bounded_req("vocab_size", 1, MAX_VOCAB)?;
+    a.tied_embeddings = o.bool_opt("tie_word_embeddings")?.unwrap_or(true);
+    a.learned_positions = Some(
+        o.bounded_opt("n_positions", 1, MAX_POSITIONS)?
+            .unwrap_or(1024),
+    );
+    a.qkv_bias = true;
+    a.o_bias = true;
+    a.mlp_bias = true;
+    a.activation = activation(o, "activation_function", Activation::GeluNew)?;
+    a.dropout = Dropout {
+        embd: p("embd_pdrop")?,
+        attn: p("attn_pdrop")?,
+        resid: p("resid_pdrop")?,
+    };
+    a.norm = Norm::LayerNorm;
+    a.gated = false;
+    a.rope_dim = 0;
+    Ok(a)
+}
+
+/// A key whose absence means a default but whose JSON `null` means "none" (transformers keeps
+/// an explicit `null`): `Ok(None)` for null, the default when absent.
+fn nullable<T>(
+    o: &Obj<'_>,
+    key: &str,
+    default: Option<T>,
+    read: impl FnOnce() -> Result<Option<T>>,
+) -> Result<Option<T>> {
+    match o.map.get(key) {
+        None => Ok(default),
+        Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if s == "null" => Ok(None),
+        Some(_) => read(),
+    }
+}
+
+/// A whole number read from a JSON number, or from a knob's string form.
+fn index_list(o: &Obj<'_>, key: &str, layers: u64) -> Result<Option<Vec<u64>>> {
+    let bad = |m: &str| Error::new(o.path(key), m.to_string());
+    let items: Vec<Value> = match o.get(key) {
+        None => return Ok(None),
+        Some(Value::Array(v)) => {
+            if v.len() as u64 > MAX_LAYERS {
+                return Err(bad("has more entries than the layer limit"));
+            }
+            v.clone()
+        }
+        Some(Value::String(s)) => {
+            if s.len() as u64 > 8 * MAX_LAYERS {
+                return Err(bad("is too long"));
+            }
+            let mut v = Vec::new();
+            for part in s.split_whitespace() {
+                match part.parse::<u64>() {
+                    Ok(n) => v.push(Value::from(n)),
+                    Err(_) => return Err(bad("must list layer indices (whole numbers)")),
+                }
+            }
+            v
+        }
+        Some(other) => {
+            return Err(bad(&format!(
+                "must be a list of layer indices, got {}",
+                kind(other)
+            )))
+        }
+    };
+    let mut out = Vec::with_capacity(items.len());
+    for x in &items {
+        match to_u64(x) {
+            Some(n) if n < layers => out.push(n),
+            Some(n) => {
+                return Err(bad(&format!(
+                    "layer {n} does not exist (the model has {layers} layers)"
+                )))
+            }
+            None => return Err(bad("must list layer indices (whole numbers)")),
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    Ok(Some(out))
+}
+
+/// The shortest prefix of `v` that repeats to make all of it (its smallest period: the length
+/// less the longest proper prefix that is also a suffix, by the prefix function, in linear
+/// time whatever a pasted config holds).
+fn period<T: PartialEq + Copy>(v: &[T]) -> Vec<T> {
+    if v.is_empty() {
+        return Vec::new();
+    }
+    let mut border = vec![0usize; v.len()];
+    for i in 1..v.len() {
+        let mut k = border[i - 1];
+        while k > 0 && v[i] != v[k] {
+            k = border[k - 1];
+        }
+        if v[i] == v[k] {
+            k += 1;
+        }
+        border[i] = k;
+    }
+    v[..v.len() - border[v.len() - 1]].to_vec()
+}
+
+/// `layer_types`: a list of `full_attention` / `sliding_attention` / `chunked_attention` /
+/// `linear_attention`, one per layer, or (as the `arch` knob carries it) a string of their
+/// codes `f`, `s`, `c`, `l` repeated over the layers.
+fn layer_types(o: &Obj<'_>, layers: u64) -> Result<Option<Vec<AttnType>>> {
+    let key = "layer_types";
+    let bad = |m: String| Error::new(o.path(key), m);
+    let all = [
+        AttnType::Full,
+        AttnType::Sliding,
+        AttnType::Chunked,
+        AttnType::Linear,
+    ];
+    let v: Vec<AttnType> = match o.get(key) {
+        None => return Ok(None),
+        Some(Value::Array(items)) => {
+            if items.len() as u64 != layers {
+                return Err(bad(format!(
+                    "has {} entries for {layers} layers",
+                    items.len().min(MAX_LAYERS as usize + 1)
+                )));
+            }
+            let mut v = Vec::with_capacity(items.len());
+            for x in items {
+                let name = x.as_str().unwrap_or("");
+                // Qwen3-Next's older names.
+                let name = match name {
+                    "attention" => "full_attention",
+                    "linear" => "linear_attention",
+                    n => n,
+                };
+                match all.iter().find(|t| t.hf_name() == name) {
+                    Some(&t) => v.push(t),
+                    None => {
+                        return Err(bad(format!(
+                            "has '{}' (full_attention, sliding_attention, chunked_attention, linear_attention)",
+                            truncate(name, 30)
+                        )))
+                    }
+                }
+            }
+            v
+        }
+        Some(Value::String(s)) => {
+            if s.is_empty() || s.chars().count() as u64 > layers {
+                return Err(bad(format!(
+                    "as a pattern must have 1 to {layers} letters (f, s, c, l)"
+                )));
+            }
+            let mut v = Vec::new();
+            for ch in s.chars() {
+                match all.iter().find(|t| t.code() == ch) {
+                    Some(&t) => v.push(t),
+                    None => {
+                        return Err(bad(
+                            "as a pattern takes the letters f (full), s (sliding), c (chunked), l (linear)"
+                                .into(),
+                        ))
+                    }
+                }
+            }
+            (0..layers as usize).map(|i| v[i % v.len()]).collect()
+        }
+        Some(other) => {
+            return Err(bad(format!(
+                "must be a list of layer types, got {}",
+                kind(other)
+            )))
+        }
+    };
+    Ok(Some(period(&v)))
+}
+
+/// Llama 4 / SmolLM3 `no_rope_layers`: one 0 (no RoPE) or 1 (RoPE) per layer, or a string of
+/// those digits repeated over the layers. Returns the NoPE pattern.
+fn no_rope_layers(o: &Obj<'_>, layers: u64) -> Result<Option<Vec<bool>>> {
+    let key = "no_rope_layers";
+    let bad = |m: String| Error::new(o.path(key), m);
+    let v: Vec<bool> = match o.get(key) {
+        None => return Ok(None),
+        Some(Value::Array(items)) if items.is_empty() => return Ok(None),
+        Some(Value::Array(items)) => {
+            if items.len() as u64 != layers {
+                return Err(bad(format!(
+                    "has {} entries for {layers} layers",
+                    items.len().min(MAX_LAYERS as usize + 1)
+                )));
+            }
+            let mut v = Vec::with_capacity(items.len());
+            for x in items {
+                match to_u64(x) {
+                    Some(0) => v.push(true),
+                    Some(1) => v.push(false),
+                    _ => return Err(bad("takes 0 (no RoPE) or 1 (RoPE) per layer".into())),
+                }
+            }
+            v
+        }
+        Some(Value::String(s)) => {
+            if s.is_empty() || s.len() as u64 > layers || !s.bytes().all(|b| b == b'0' || b == b'1')
+            {
+                return Err(bad(format!(
+                    "as a pattern must have 1 to {layers} digits 0 (no RoPE) or 1 (RoPE)"
+                )));
+            }
+            let p: Vec<bool> = s.bytes().map(|b| b == b'0').collect();
+            (0..layers as usize).map(|i| p[i % p.len()]).collect()
+        }
+        Some(other) => {
+            return Err(bad(format!(
+                "must be a list of 0 and 1, got {}",
+                kind(other)
+            )))
+        }
+    };
+    Ok(Some(period(&v)))
+}
+
+/// `quantization_config` (or the knob's flat `quant_method` / `quant_block_size`).
+fn quantization(o: &Obj<'_>) -> Result<Option<Quant>> {
+    let (q, method) = match o.get("quantization_config") {
+        Some(c) => {
+            let q = Obj::new(c, &o.path("quantization_config"))?;
+            let m = q.str_opt("quant_method")?.map(str::to_string);
+            (Some(q), m)
+        }
+        None => (None, o.str_opt("quant_method")?.map(str::to_string)),
+    };
+    let Some(method) = method else {
+        return Ok(None);
+    };
+    Ok(match method.as_str() {
+        "mxfp4" => Some(Quant::Mxfp4),
+        "fp8" => {
+            let block = match &q {
+                Some(q) => match q.get("weight_block_size") {
+                    Some(Value::Array(v)) if !v.is_empty() => {
+                        let dims: Vec<Option<u64>> = v.iter().map(to_u64).collect();
+                        match dims.as_slice() {
+                            [Some(a), Some(b)] if a == b && *a >= 1 && *a <= MAX_DIM => *a,
+                            _ => {
+                                return Err(Error::new(
+                                    q.path("weight_block_size"),
+                                    "must be two equal block sides, e.g. [128, 128]",
+                                ))
+                            }
+                        }
+                    }
+                    None => 128,
+                    Some(_) => {
+                        return Err(Error::new(
+                            q.path("weight_block_size"),
+                            "must be two equal block sides, e.g. [128, 128]",
+                        ))
+                    }
+                },
+                None => o
+                    .bounded_opt("quant_block_size", 1, MAX_DIM)?
+                    .unwrap_or(128),
+            };
+            Some(Quant::Fp8 { block })
+        }
+        // Other formats (bitsandbytes, GPTQ, AWQ, …) are chosen by the scenario's precision.
+        _ => None,
     })
 }
 
-fn parse_llama_like(o: &Obj<'_>, model_type: &str) -> Result<Architecture> {
+/// Any decoder but GPT-2, with its family's defaults for the keys its config.json omits
+/// (transformers 5.17's config classes).
+fn parse_decoder(o: &Obj<'_>, family: Family) -> Result<Architecture> {
+    use Family::*;
     let hidden = o.dim_req("hidden_size")?;
     let heads = o.dim_req("num_attention_heads")?;
-    let kv_heads = o.dim_opt("num_key_value_heads")?.unwrap_or(heads);
-    let head_dim = match o.dim_opt("head_dim")? {
-        Some(d) => d,
-        None if hidden % heads == 0 => hidden / heads,
-        None => {
-            return Err(Error::new(
+    let layers = o.bounded_req("num_hidden_layers", 1, MAX_LAYERS)?;
+    let vocab = o.bounded_req("vocab_size", 1, MAX_VOCAB)?;
+    let mut a = Architecture::base(family, hidden, layers, heads, 0);
+    a.vocab = vocab;
+    a.intermediate = match family {
+        Falcon => o
+            .bounded_opt("ffn_hidden_size", 1, MAX_FFN)?
+            .unwrap_or(4 * hidden),
+        Llama4 => o
+            .bounded_opt("intermediate_size_mlp", 1, MAX_FFN)?
+            .unwrap_or(16384),
+        _ => o.bounded_req("intermediate_size", 1, MAX_FFN)?,
+    };
+    let kv_default = match family {
+        Mistral | Mixtral | Llama4 | GptOss | Glm4Moe => 8,
+        Qwen2 | Qwen3 => 32,
+        Qwen2Moe => 16,
+        Qwen3Moe | Gemma2 | Gemma3 | SmolLm3 => 4,
+        Qwen3Next | Starcoder2 => 2,
+        _ => heads,
+    };
+    a.kv_heads = o.dim_opt("num_key_value_heads")?.unwrap_or(kv_default);
+    let derived = |a: &Architecture| -> Result<u64> {
+        if hidden.is_multiple_of(heads) {
+            Ok(hidden / heads)
+        } else {
+            Err(Error::new(
                 o.path("head_dim"),
-                format!("is required when hidden_size ({hidden}) is not a multiple of num_attention_heads ({heads})"),
+                format!(
+                    "is required when hidden_size ({hidden}) is not a multiple of num_attention_heads ({})",
+                    a.heads
+                ),
             ))
         }
     };
-    let attention_bias = o.bool_opt("attention_bias")?.unwrap_or(false);
-    let (family, qkv_bias, o_bias) = match model_type {
-        // Qwen2 always has q/k/v biases and no output bias.
-        "qwen2" => (Family::Llama, true, false),
-        "mixtral" => (Family::Mixtral, false, false),
-        "deepseek_v3" => (Family::DeepseekV3, attention_bias, false),
-        _ => (Family::Llama, attention_bias, attention_bias),
-    };
-    let attn_drop = o.prob_opt("attention_dropout")?.unwrap_or(0.0);
-    let mut arch = Architecture {
-        family,
-        hidden,
-        layers: o.bounded_req("num_hidden_layers", 1, MAX_LAYERS)?,
-        heads,
-        kv_heads,
-        head_dim,
-        intermediate: o.bounded_req("intermediate_size", 1, MAX_FFN)?,
-        vocab: o.bounded_req("vocab_size", 1, MAX_VOCAB)?,
-        tied_embeddings: o.bool_opt("tie_word_embeddings")?.unwrap_or(false),
-        learned_positions: None,
-        qkv_bias,
-        o_bias,
-        mlp_bias: o.bool_opt("mlp_bias")?.unwrap_or(false),
-        activation: activation(o, "hidden_act", Activation::Silu)?,
-        dropout: Dropout {
-            embd: 0.0,
-            attn: attn_drop,
-            resid: 0.0,
+    a.head_dim = match family {
+        // These derive it whatever the file says.
+        Falcon | GptNeox | Cohere2 => derived(&a)?,
+        _ => match o.dim_opt("head_dim")? {
+            Some(d) => d,
+            None => match family {
+                Qwen3 | Llama4 => 128,
+                Gemma2 | Gemma3 | Qwen3Next => 256,
+                GptOss => 64,
+                _ => derived(&a)?,
+            },
         },
-        moe: None,
-        mla: None,
     };
-    match model_type {
-        "mixtral" => {
-            let experts = o.bounded_req("num_local_experts", 1, MAX_EXPERTS)?;
-            arch.moe = Some(Moe {
-                experts,
-                top_k: o.bounded_req("num_experts_per_tok", 1, experts)?,
-                expert_intermediate: arch.intermediate,
-                shared_experts: 0,
-                first_dense_layers: 0,
-                router_bias: false,
-            });
+    a.rope_dim = a.head_dim;
+    let (act_key, act_default) = match family {
+        Gemma2 | Gemma3 => ("hidden_activation", Activation::Gelu),
+        Falcon => ("activation", Activation::Gelu),
+        GptNeox => ("hidden_act", Activation::Gelu),
+        Starcoder2 => ("hidden_act", Activation::Gelu),
+        _ => ("hidden_act", Activation::Silu),
+    };
+    a.activation = activation(o, act_key, act_default)?;
+    a.tied_embeddings = o.bool_opt("tie_word_embeddings")?.unwrap_or(matches!(
+        family,
+        Gemma2 | Gemma3 | SmolLm3 | Falcon | Starcoder2 | Cohere | Cohere2
+    ));
+    let attention_bias = o.bool_opt("attention_bias")?;
+    let bias = attention_bias.unwrap_or(matches!(family, GptOss | GptNeox));
+    (a.qkv_bias, a.o_bias) = match family {
+        Mistral | Mixtral | Phi3 => (false, false),
+        Qwen2 => (true, false),
+        Qwen2Moe => (o.bool_opt("qkv_bias")?.unwrap_or(true), false),
+        Glm4Moe => (bias, false),
+        DeepseekV2 | DeepseekV3 => (bias, false),
+        Starcoder2 => {
+            let b = o.bool_opt("use_bias")?.unwrap_or(true);
+            a.mlp_bias = b;
+            (b, b)
         }
-        "deepseek_v3" => {
-            let nope = o.bounded_req("qk_nope_head_dim", 0, MAX_DIM)?;
-            let rope = o.dim_req("qk_rope_head_dim")?;
-            arch.head_dim = nope + rope;
-            arch.kv_heads = heads;
-            arch.mla = Some(Mla {
-                q_lora_rank: o.dim_opt("q_lora_rank")?,
-                kv_lora_rank: o.dim_req("kv_lora_rank")?,
-                qk_nope_head_dim: nope,
-                qk_rope_head_dim: rope,
-                v_head_dim: o.dim_req("v_head_dim")?,
-            });
-            if let Some(experts) = o.bounded_opt("n_routed_experts", 1, MAX_EXPERTS)? {
-                arch.moe = Some(Moe {
-                    experts,
-                    top_k: o.bounded_req("num_experts_per_tok", 1, experts)?,
-                    expert_intermediate: o.bounded_req("moe_intermediate_size", 1, MAX_FFN)?,
-                    shared_experts: o
-                        .bounded_opt("n_shared_experts", 0, MAX_EXPERTS)?
-                        .unwrap_or(0),
-                    first_dense_layers: o
-                        .bounded_opt("first_k_dense_replace", 0, arch.layers)?
-                        .unwrap_or(0),
-                    router_bias: true,
-                });
-            }
+        Falcon => {
+            let b = o.bool_opt("bias")?.unwrap_or(false);
+            a.mlp_bias = b;
+            (b, b)
+        }
+        GptNeox => {
+            // The MLP's linears always have biases.
+            a.mlp_bias = true;
+            (bias, bias)
+        }
+        _ => (bias, bias),
+    };
+    if matches!(family, Llama | Granite | SmolLm3 | DeepseekV2) {
+        a.mlp_bias = o.bool_opt("mlp_bias")?.unwrap_or(false);
+    }
+    // Dropout: attention probabilities, and the residual branches / embeddings where the
+    // family has them.
+    a.dropout.attn = o.prob_opt("attention_dropout")?.unwrap_or(0.0);
+    match family {
+        Phi3 => {
+            a.dropout.resid = o.prob_opt("resid_pdrop")?.unwrap_or(0.0);
+            a.dropout.embd = o.prob_opt("embd_pdrop")?.unwrap_or(0.0);
+        }
+        Starcoder2 => {
+            a.dropout.resid = o.prob_opt("residual_dropout")?.unwrap_or(0.0);
+            a.dropout.embd = o.prob_opt("embedding_dropout")?.unwrap_or(0.0);
+        }
+        Falcon | GptNeox => {
+            a.dropout.resid = o.prob_opt("hidden_dropout")?.unwrap_or(0.0);
         }
         _ => {}
     }
-    Ok(arch)
+    // Norms and the block's layout.
+    a.norm = match family {
+        Gemma2 | Gemma3 | Qwen3Next => Norm::RmsOffset,
+        Olmo2 | GptOss => Norm::RmsWeightFirst,
+        Falcon | GptNeox | Starcoder2 => Norm::LayerNorm,
+        Cohere | Cohere2 => Norm::CohereLayerNorm,
+        _ => Norm::Rms,
+    };
+    a.block = match family {
+        Gemma2 | Gemma3 => Block::Sandwich,
+        Olmo2 => Block::Post,
+        Cohere | Cohere2 => Block::Parallel,
+        GptNeox if o.bool_opt("use_parallel_residual")?.unwrap_or(true) => Block::ParallelTwoNorms,
+        _ => Block::Pre,
+    };
+    a.qk_norm = match family {
+        Qwen3 | Qwen3Moe | Qwen3Next | Gemma3 => QkNorm::Head,
+        Olmo2 => QkNorm::Full,
+        Glm4Moe if o.bool_opt("use_qk_norm")?.unwrap_or(false) => QkNorm::Head,
+        Llama4 if o.bool_opt("use_qk_norm")?.unwrap_or(true) => QkNorm::L2,
+        Cohere if o.bool_opt("use_qk_norm")?.unwrap_or(false) => QkNorm::CohereHead,
+        _ => QkNorm::None,
+    };
+    a.gated = !matches!(family, Falcon | GptNeox | Starcoder2);
+    a.fused_qkv = matches!(family, Phi3 | Falcon | GptNeox);
+    a.fused_gate_up = family == Phi3;
+    a.attn_gate = family == Qwen3Next;
+    a.sinks = family == GptOss;
+    // Partial rotary embeddings.
+    let factor = match family {
+        GptNeox => o.f64_opt("rotary_pct")?.or(Some(0.25)),
+        Glm4Moe => o.f64_opt("partial_rotary_factor")?.or(Some(0.5)),
+        Qwen3Next => o.f64_opt("partial_rotary_factor")?.or(Some(0.25)),
+        _ => o.f64_opt("partial_rotary_factor")?,
+    };
+    if let Some(f) = factor {
+        if !(0.0..=1.0).contains(&f) {
+            let key = if family == GptNeox {
+                "rotary_pct"
+            } else {
+                "partial_rotary_factor"
+            };
+            return Err(Error::new(o.path(key), "must be between 0 and 1"));
+        }
+        a.rope_dim = (a.head_dim as f64 * f + 1e-9).floor() as u64;
+    }
+    // Which layers slide, chunk or attend linearly; which have no RoPE.
+    let window = |default: Option<u64>| -> Result<Option<u64>> {
+        nullable(o, "sliding_window", default, || {
+            o.bounded_opt("sliding_window", 1, MAX_POSITIONS)
+        })
+    };
+    let explicit = layer_types(o, layers)?;
+    let every = |n: u64, at: AttnType, other: AttnType| -> Vec<AttnType> {
+        // `at` on every n-th layer ((i + 1) % n == 0), `other` elsewhere.
+        let mut v = vec![other; n.max(1) as usize];
+        if let Some(last) = v.last_mut() {
+            *last = at;
+        }
+        v
+    };
+    let pattern_key = |key: &str, default: u64| -> Result<u64> {
+        Ok(o.bounded_opt(key, 1, MAX_LAYERS)?.unwrap_or(default))
+    };
+    let (sw, types) = match family {
+        Mistral => {
+            let w = window(Some(4096))?;
+            (w, w.map(|_| vec![AttnType::Sliding]))
+        }
+        Mixtral | Phi3 | Starcoder2 => {
+            let w = window(None)?;
+            (w, w.map(|_| vec![AttnType::Sliding]))
+        }
+        Qwen2 | Qwen3 | Qwen2Moe | Qwen3Moe => {
+            let on = o.bool_opt("use_sliding_window")?.unwrap_or(false);
+            let w = if on { window(Some(4096))? } else { None };
+            let first = o
+                .bounded_opt("max_window_layers", 0, MAX_LAYERS)?
+                .unwrap_or(28);
+            let types = w.map(|_| match family {
+                Qwen2Moe => (0..layers)
+                    .map(|i| {
+                        if (i + 1) % 2 == 1 && i < first {
+                            AttnType::Sliding
+                        } else {
+                            AttnType::Full
+                        }
+                    })
+                    .collect(),
+                Qwen3Moe => vec![AttnType::Sliding],
+                _ => (0..layers)
+                    .map(|i| {
+                        if i >= first {
+                            AttnType::Sliding
+                        } else {
+                            AttnType::Full
+                        }
+                    })
+                    .collect(),
+            });
+            (w, types)
+        }
+        Gemma2 | GptOss => {
+            let w = window(Some(if family == GptOss { 128 } else { 4096 }))?;
+            (w, Some(every(2, AttnType::Full, AttnType::Sliding)))
+        }
+        Gemma3 => (
+            window(Some(4096))?,
+            Some(every(
+                pattern_key("sliding_window_pattern", 6)?,
+                AttnType::Full,
+                AttnType::Sliding,
+            )),
+        ),
+        Cohere2 => (
+            window(Some(4096))?,
+            Some(every(
+                pattern_key("sliding_window_pattern", 4)?,
+                AttnType::Full,
+                AttnType::Sliding,
+            )),
+        ),
+        Qwen3Next => (
+            None,
+            Some(every(
+                pattern_key("full_attention_interval", 4)?,
+                AttnType::Full,
+                AttnType::Linear,
+            )),
+        ),
+        SmolLm3 => {
+            let on = o.bool_opt("use_sliding_window")?.unwrap_or(false);
+            (if on { window(None)? } else { None }, None)
+        }
+        _ => (None, None),
+    };
+    a.sliding_window = sw;
+    let types = explicit.or(types).map(|v| period(&v)).unwrap_or_default();
+    // NoPE layers.
+    let nope = match family {
+        Llama4 | SmolLm3 => match no_rope_layers(o, layers)? {
+            Some(p) => p,
+            None => {
+                let n = pattern_key("no_rope_layer_interval", 4)?;
+                every(n, AttnType::Full, AttnType::Sliding)
+                    .into_iter()
+                    .map(|t| t == AttnType::Full)
+                    .collect()
+            }
+        },
+        // Command R7B's full-attention layers have no RoPE.
+        Cohere2 => types.iter().map(|&t| t == AttnType::Full).collect(),
+        _ => Vec::new(),
+    };
+    a.nope = if nope.iter().any(|&n| n) {
+        period(&nope)
+    } else {
+        Vec::new()
+    };
+    a.layer_types = match family {
+        // Chunked attention on the RoPE layers, full on the NoPE ones (unless listed).
+        Llama4 => match o.get("layer_types") {
+            Some(_) => types,
+            None => {
+                let n = a.nope.len().max(1);
+                (0..n)
+                    .map(|i| {
+                        if a.nope.get(i).copied().unwrap_or(false) {
+                            AttnType::Full
+                        } else {
+                            AttnType::Chunked
+                        }
+                    })
+                    .collect()
+            }
+        },
+        SmolLm3 if a.sliding_window.is_some() && o.get("layer_types").is_none() => {
+            // Sliding on the NoPE layers only.
+            let n = a.nope.len().max(1);
+            (0..n)
+                .map(|i| {
+                    if a.nope.get(i).copied().unwrap_or(false) {
+                        AttnType::Sliding
+                    } else {
+                        AttnType::Full
+                    }
+                })
+                .collect()
+        }
+        _ => types,
+    };
+    if a.layer_types.iter().all(|&t| t == AttnType::Full) {
+        a.layer_types.clear();
+    } else {
+        a.layer_types = period(&a.layer_types);
+    }
+    if family == Llama4 {
+        a.chunk = Some(
+            o.bounded_opt("attention_chunk_size", 1, MAX_POSITIONS)?
+                .unwrap_or(8192),
+        );
+    }
+    if matches!(family, Gemma2) {
+        let cap = |key: &str, d: f64| -> Result<bool> {
+            Ok(nullable(o, key, Some(d), || o.f64_opt(key))?.is_some())
+        };
+        a.final_softcap = cap("final_logit_softcapping", 30.0)?;
+        a.attn_softcap = cap("attn_logit_softcapping", 50.0)?;
+    }
+    if matches!(family, Gemma3) {
+        a.final_softcap = o.f64_opt("final_logit_softcapping")?.is_some();
+        a.attn_softcap = o.f64_opt("attn_logit_softcapping")?.is_some();
+    }
+    // Falcon's attention and block variants.
+    if family == Falcon {
+        if o.bool_opt("alibi")?.unwrap_or(false) {
+            return Err(Error::new(
+                o.path("alibi"),
+                "ALiBi Falcon models are not modelled (only the rotary ones)",
+            ));
+        }
+        let new_arch = o.bool_opt("new_decoder_architecture")?.unwrap_or(false);
+        let kv = o.dim_opt("num_kv_heads")?.unwrap_or(heads);
+        a.kv_heads = if new_arch || !o.bool_opt("multi_query")?.unwrap_or(true) {
+            kv
+        } else {
+            1
+        };
+        let parallel = o.bool_opt("parallel_attn")?.unwrap_or(true);
+        let lns = o.bounded_opt("num_ln_in_parallel_attn", 1, 2)?;
+        a.block = if !parallel {
+            Block::Pre
+        } else if new_arch && lns.unwrap_or(2) == 2 {
+            Block::ParallelTwoNorms
+        } else {
+            Block::Parallel
+        };
+        // The new decoder broadcasts each key/value head to its query heads before the
+        // cache and attention: keys and values are as wide as the queries.
+        a.kv_expanded = new_arch;
+    }
+    if family == GptNeox {
+        a.kv_heads = heads;
+    }
+    // Linear attention (Qwen3-Next's gated DeltaNet).
+    if family == Qwen3Next {
+        let d = |k: &str, v: u64| -> Result<u64> { Ok(o.dim_opt(k)?.unwrap_or(v)) };
+        a.linear = Some(LinearAttn {
+            key_heads: d("linear_num_key_heads", 16)?,
+            value_heads: d("linear_num_value_heads", 32)?,
+            key_dim: d("linear_key_head_dim", 128)?,
+            value_dim: d("linear_value_head_dim", 128)?,
+            conv_kernel: d("linear_conv_kernel_dim", 4)?,
+        });
+    }
+    // Multi-head latent attention.
+    if matches!(family, DeepseekV2 | DeepseekV3) {
+        let d = |k: &str, v: u64| -> Result<u64> { Ok(o.dim_opt(k)?.unwrap_or(v)) };
+        let nope = o
+            .bounded_opt("qk_nope_head_dim", 0, MAX_DIM)?
+            .unwrap_or(128);
+        let rope = d("qk_rope_head_dim", 64)?;
+        a.head_dim = nope + rope;
+        a.rope_dim = rope;
+        a.kv_heads = heads;
+        a.mla = Some(Mla {
+            q_lora_rank: nullable(o, "q_lora_rank", Some(1536), || o.dim_opt("q_lora_rank"))?,
+            kv_lora_rank: d("kv_lora_rank", 512)?,
+            qk_nope_head_dim: nope,
+            qk_rope_head_dim: rope,
+            v_head_dim: d("v_head_dim", 128)?,
+        });
+    }
+    a.moe = parse_moe(o, family, &a)?;
+    a.quant = quantization(o)?;
+    Ok(a)
+}
+
+/// The mixture of experts, with its family's defaults and layer placement.
+fn parse_moe(o: &Obj<'_>, family: Family, a: &Architecture) -> Result<Option<Moe>> {
+    use Family::*;
+    let layers = a.layers;
+    let (experts_key, experts_default, top_default, inter_default) = match family {
+        Mixtral => ("num_local_experts", 8, 2, None),
+        Qwen2Moe => ("num_experts", 60, 4, Some(1408)),
+        Qwen3Moe => ("num_experts", 128, 8, Some(768)),
+        Qwen3Next => ("num_experts", 512, 10, Some(512)),
+        DeepseekV2 => ("n_routed_experts", 64, 0, Some(1407)),
+        DeepseekV3 => ("n_routed_experts", 256, 8, Some(2048)),
+        Glm4Moe => ("n_routed_experts", 128, 8, Some(1408)),
+        GptOss => ("num_local_experts", 128, 4, None),
+        Llama4 => ("num_local_experts", 16, 1, None),
+        _ => return Ok(None),
+    };
+    // Some configs name the expert count by another key (an attribute alias in transformers).
+    let alias = match experts_key {
+        "num_local_experts" => "num_experts",
+        "num_experts" => "num_local_experts",
+        _ => "num_local_experts",
+    };
+    let experts = match o.bounded_opt(experts_key, 0, MAX_EXPERTS)? {
+        Some(e) => e,
+        None => o
+            .bounded_opt(alias, 0, MAX_EXPERTS)?
+            .unwrap_or(experts_default),
+    };
+    if experts == 0 {
+        // Qwen's `num_experts: 0` is a dense model.
+        return Ok(None);
+    }
+    let top_k = match (o.get("num_experts_per_tok"), top_default) {
+        (None, 0) => o.bounded_req("num_experts_per_tok", 1, experts)?,
+        (None, d) => d.min(experts),
+        (Some(_), _) => o.bounded_req("num_experts_per_tok", 1, experts)?,
+    };
+    let inter = match (family, inter_default) {
+        (Mixtral, _) => a.intermediate,
+        (GptOss, _) => a.intermediate,
+        (Llama4, _) => o
+            .bounded_opt("intermediate_size", 1, MAX_FFN)?
+            .unwrap_or(8192),
+        (_, Some(d)) => o
+            .bounded_opt("moe_intermediate_size", 1, MAX_FFN)?
+            .unwrap_or(d),
+        (_, None) => a.intermediate,
+    };
+    let mut m = Moe::new(experts, top_k, inter);
+    match family {
+        Qwen2Moe | Qwen3Next => {
+            let d = if family == Qwen2Moe { 5632 } else { 512 };
+            m.shared_intermediate = o
+                .bounded_opt("shared_expert_intermediate_size", 1, MAX_FFN)?
+                .unwrap_or(d);
+            m.shared_gate = true;
+        }
+        DeepseekV2 | DeepseekV3 | Glm4Moe => {
+            let d = match family {
+                DeepseekV2 => 2,
+                _ => 1,
+            };
+            m.shared_experts = o
+                .bounded_opt("n_shared_experts", 0, MAX_EXPERTS)?
+                .unwrap_or(d);
+            let fd = match family {
+                DeepseekV2 => 0,
+                DeepseekV3 => 3,
+                _ => 1,
+            };
+            m.first_dense_layers = o
+                .bounded_opt("first_k_dense_replace", 0, MAX_LAYERS)?
+                .unwrap_or(fd);
+            m.router_bias = family != DeepseekV2;
+        }
+        GptOss => {
+            m.expert_bias = true;
+            m.router_linear_bias = true;
+        }
+        Llama4 => {
+            m.shared_intermediate = inter;
+        }
+        _ => {}
+    }
+    // Which layers are MoE.
+    match family {
+        Qwen2Moe | Qwen3Moe | Qwen3Next => {
+            let step = o
+                .bounded_opt("decoder_sparse_step", 1, MAX_LAYERS)?
+                .unwrap_or(1);
+            m.pattern = step_pattern(step);
+            m.dense_layers = index_list(o, "mlp_only_layers", layers)?.unwrap_or_default();
+        }
+        Llama4 => match index_list(o, "moe_layers", layers)? {
+            Some(list) => {
+                let v: Vec<bool> = (0..layers).map(|l| list.contains(&l)).collect();
+                m.pattern = period(&v);
+            }
+            None => {
+                let step = o
+                    .bounded_opt("interleave_moe_layer_step", 1, MAX_LAYERS)?
+                    .unwrap_or(1);
+                m.pattern = step_pattern(step);
+            }
+        },
+        _ => {}
+    }
+    if m.pattern.iter().all(|&b| b) {
+        m.pattern.clear();
+    }
+    Ok(Some(m))
+}
+
+/// MoE on every `step`-th layer (`(i + 1) % step == 0`).
+fn step_pattern(step: u64) -> Vec<bool> {
+    let mut v = vec![false; step as usize];
+    if let Some(l) = v.last_mut() {
+        *l = true;
+    }
+    v
 }
 
 /// The `config.json` keys that describe `a` (the inverse of [`parse_hf_config`]): what a
-/// page writes into its `arch` knob when a reader edits one field of a model.
+/// page writes into its `arch` knob when a reader edits one field of a model or pastes a
+/// config. Lists (layer patterns, layer indices) are written as strings so that the knob's
+/// `key=value` pairs can carry them.
 pub fn to_hf_config(a: &Architecture) -> Map<String, Value> {
+    let full = all_keys(a);
+    // Drop every key the family's defaults already give (a shorter knob, a shorter link).
+    let mut m = full.clone();
+    for k in full.keys() {
+        if k == "model_type" {
+            continue;
+        }
+        let mut fewer = m.clone();
+        fewer.remove(k);
+        if parse_hf_config(&Value::Object(fewer.clone()), "").as_ref() == Ok(a) {
+            m = fewer;
+        }
+    }
+    m
+}
+
+/// Every key [`to_hf_config`] could write for `a`.
+fn all_keys(a: &Architecture) -> Map<String, Value> {
+    use Family::*;
     let mut m = Map::new();
     let mut put = |k: &str, v: Value| {
         m.insert(k.to_string(), v);
@@ -411,9 +1204,12 @@ pub fn to_hf_config(a: &Architecture) -> Map<String, Value> {
     let act = match a.activation {
         Activation::Silu => "silu",
         Activation::GeluNew => "gelu_new",
-        Activation::Gelu => "gelu",
+        Activation::Gelu => match a.family {
+            Gemma2 | Gemma3 | Starcoder2 => "gelu_pytorch_tanh",
+            _ => "gelu",
+        },
     };
-    if a.family == Family::Gpt2 {
+    if a.family == Gpt2 {
         put("model_type", "gpt2".into());
         put("n_embd", a.hidden.into());
         put("n_head", a.heads.into());
@@ -428,56 +1224,201 @@ pub fn to_hf_config(a: &Architecture) -> Map<String, Value> {
         put("resid_pdrop", a.dropout.resid.into());
         return m;
     }
-    let model_type = match a.family {
-        Family::Mixtral => "mixtral",
-        Family::DeepseekV3 => "deepseek_v3",
-        _ if a.qkv_bias && !a.o_bias => "qwen2",
-        _ => "llama",
-    };
-    put("model_type", model_type.into());
+    let f = a.family;
+    put("model_type", f.name().into());
     put("hidden_size", a.hidden.into());
     put("num_hidden_layers", a.layers.into());
     put("num_attention_heads", a.heads.into());
-    if a.family != Family::DeepseekV3 {
-        put("num_key_value_heads", a.kv_heads.into());
-        if a.head_dim * a.heads != a.hidden {
+    match f {
+        Falcon => {
+            let new = a.kv_expanded;
+            put("new_decoder_architecture", new.into());
+            put("multi_query", (a.kv_heads == 1 && !new).into());
+            put("num_kv_heads", a.kv_heads.into());
+            put("parallel_attn", (a.block != Block::Pre).into());
+            if new {
+                let lns: u64 = if a.block == Block::ParallelTwoNorms {
+                    2
+                } else {
+                    1
+                };
+                put("num_ln_in_parallel_attn", lns.into());
+            }
+            put("ffn_hidden_size", a.intermediate.into());
+            put("bias", a.qkv_bias.into());
+        }
+        GptNeox => {
+            put("use_parallel_residual", (a.block != Block::Pre).into());
+            put("attention_bias", a.qkv_bias.into());
+        }
+        DeepseekV2 | DeepseekV3 => {}
+        _ => {
+            put("num_key_value_heads", a.kv_heads.into());
             put("head_dim", a.head_dim.into());
         }
     }
-    put("intermediate_size", a.intermediate.into());
+    if f == Llama4 {
+        put("intermediate_size_mlp", a.intermediate.into());
+    } else if f != Falcon {
+        put("intermediate_size", a.intermediate.into());
+    }
     put("vocab_size", a.vocab.into());
     put("tie_word_embeddings", a.tied_embeddings.into());
-    if a.qkv_bias && model_type != "qwen2" {
-        put("attention_bias", true.into());
+    let act_key = match f {
+        Gemma2 | Gemma3 => "hidden_activation",
+        Falcon => "activation",
+        _ => "hidden_act",
+    };
+    put(act_key, act.into());
+    match f {
+        Mistral | Mixtral | Phi3 | Qwen2 | Falcon | GptNeox => {}
+        Qwen2Moe => put("qkv_bias", a.qkv_bias.into()),
+        Starcoder2 => put("use_bias", a.qkv_bias.into()),
+        _ => put("attention_bias", a.qkv_bias.into()),
     }
-    if a.mlp_bias {
-        put("mlp_bias", true.into());
+    if matches!(f, Llama | Granite | SmolLm3 | DeepseekV2) {
+        put("mlp_bias", a.mlp_bias.into());
     }
-    if a.activation != Activation::Silu {
-        put("hidden_act", act.into());
+    put("attention_dropout", a.dropout.attn.into());
+    match f {
+        Phi3 => {
+            put("resid_pdrop", a.dropout.resid.into());
+            put("embd_pdrop", a.dropout.embd.into());
+        }
+        Starcoder2 => {
+            put("residual_dropout", a.dropout.resid.into());
+            put("embedding_dropout", a.dropout.embd.into());
+        }
+        Falcon | GptNeox => put("hidden_dropout", a.dropout.resid.into()),
+        _ => {}
     }
-    if a.dropout.attn > 0.0 {
-        put("attention_dropout", a.dropout.attn.into());
+    match f {
+        Glm4Moe | Cohere | Llama4 => put("use_qk_norm", (a.qk_norm != QkNorm::None).into()),
+        _ => {}
+    }
+    if a.rope_dim != a.head_dim || matches!(f, GptNeox | Glm4Moe | Qwen3Next) {
+        let key = if f == GptNeox {
+            "rotary_pct"
+        } else {
+            "partial_rotary_factor"
+        };
+        let mla_rope = a.mla.is_some();
+        if !mla_rope {
+            put(key, (a.rope_dim as f64 / a.head_dim as f64).into());
+        }
+    }
+    // Windows and layer patterns.
+    match f {
+        Qwen2 | Qwen3 | Qwen2Moe | Qwen3Moe | SmolLm3 => {
+            put("use_sliding_window", a.sliding_window.is_some().into());
+        }
+        _ => {}
+    }
+    match a.sliding_window {
+        Some(w) => put("sliding_window", w.into()),
+        // An explicit null where the family's default is a window.
+        None if matches!(f, Mistral | Gemma2 | Gemma3 | Cohere2 | GptOss) => {
+            put("sliding_window", Value::Null)
+        }
+        None => {}
+    }
+    if !a.layer_types.is_empty()
+        || matches!(f, Gemma2 | Gemma3 | Cohere2 | GptOss | Qwen3Next | Llama4)
+    {
+        let p: String = if a.layer_types.is_empty() {
+            "f".into()
+        } else {
+            a.layer_types.iter().map(|t| t.code()).collect()
+        };
+        put("layer_types", p.into());
+    }
+    if matches!(f, Llama4 | SmolLm3) {
+        let p: String = if a.nope.is_empty() {
+            "1".into()
+        } else {
+            a.nope.iter().map(|&n| if n { '0' } else { '1' }).collect()
+        };
+        put("no_rope_layers", p.into());
+    }
+    if let Some(c) = a.chunk {
+        put("attention_chunk_size", c.into());
+    }
+    if matches!(f, Gemma2 | Gemma3) {
+        let cap = |on: bool, v: f64| if on { Value::from(v) } else { Value::Null };
+        put("final_logit_softcapping", cap(a.final_softcap, 30.0));
+        put("attn_logit_softcapping", cap(a.attn_softcap, 50.0));
+    }
+    if let Some(x) = &a.linear {
+        put("linear_num_key_heads", x.key_heads.into());
+        put("linear_num_value_heads", x.value_heads.into());
+        put("linear_key_head_dim", x.key_dim.into());
+        put("linear_value_head_dim", x.value_dim.into());
+        put("linear_conv_kernel_dim", x.conv_kernel.into());
     }
     if let Some(x) = &a.mla {
-        if let Some(q) = x.q_lora_rank {
-            put("q_lora_rank", q.into());
-        }
+        put(
+            "q_lora_rank",
+            x.q_lora_rank.map_or(Value::Null, Value::from),
+        );
         put("kv_lora_rank", x.kv_lora_rank.into());
         put("qk_nope_head_dim", x.qk_nope_head_dim.into());
         put("qk_rope_head_dim", x.qk_rope_head_dim.into());
         put("v_head_dim", x.v_head_dim.into());
     }
-    if let Some(moe) = &a.moe {
-        put("num_experts_per_tok", moe.top_k.into());
-        if a.family == Family::Mixtral {
-            put("num_local_experts", moe.experts.into());
-        } else {
-            put("n_routed_experts", moe.experts.into());
-            put("moe_intermediate_size", moe.expert_intermediate.into());
-            put("n_shared_experts", moe.shared_experts.into());
-            put("first_k_dense_replace", moe.first_dense_layers.into());
+    match (&a.moe, f) {
+        (Some(moe), _) => {
+            put("num_experts_per_tok", moe.top_k.into());
+            let key = match f {
+                Mixtral | GptOss | Llama4 => "num_local_experts",
+                Qwen2Moe | Qwen3Moe | Qwen3Next => "num_experts",
+                _ => "n_routed_experts",
+            };
+            put(key, moe.experts.into());
+            if !matches!(f, Mixtral | GptOss | Llama4) {
+                put("moe_intermediate_size", moe.expert_intermediate.into());
+            }
+            if matches!(f, GptOss | Llama4) {
+                put("intermediate_size", moe.expert_intermediate.into());
+            }
+            if matches!(f, Qwen2Moe | Qwen3Next) {
+                put(
+                    "shared_expert_intermediate_size",
+                    moe.shared_intermediate.into(),
+                );
+            }
+            if matches!(f, DeepseekV2 | DeepseekV3 | Glm4Moe) {
+                put("n_shared_experts", moe.shared_experts.into());
+                put("first_k_dense_replace", moe.first_dense_layers.into());
+            }
+            if matches!(f, Qwen2Moe | Qwen3Moe | Qwen3Next) {
+                let step = moe.pattern.len().max(1);
+                put("decoder_sparse_step", (step as u64).into());
+                let list: Vec<String> = moe.dense_layers.iter().map(|l| l.to_string()).collect();
+                put("mlp_only_layers", list.join(" ").into());
+            }
+            if f == Llama4 {
+                let step = moe.pattern.len().max(1);
+                if moe.pattern.is_empty() || moe.pattern == step_pattern(step as u64) {
+                    put("interleave_moe_layer_step", (step as u64).into());
+                } else {
+                    let list: Vec<String> = (0..a.layers)
+                        .filter(|&l| a.is_moe_layer(l))
+                        .map(|l| l.to_string())
+                        .collect();
+                    put("moe_layers", list.join(" ").into());
+                }
+            }
         }
+        (None, Qwen2Moe | Qwen3Moe | Qwen3Next) => put("num_experts", 0.into()),
+        _ => {}
+    }
+    match a.quant {
+        Some(Quant::Mxfp4) => put("quant_method", "mxfp4".into()),
+        Some(Quant::Fp8 { block }) => {
+            put("quant_method", "fp8".into());
+            put("quant_block_size", block.into());
+        }
+        None => {}
     }
     m
 }
@@ -501,14 +1442,15 @@ pub fn parse_explicit(v: &Value, at: &str) -> Result<Architecture> {
         ("top_k", "num_experts_per_tok", "num_experts_per_tok"),
     ];
     let mut m = Map::new();
-    let model_type = match family.as_str() {
-        "llama" | "mistral" | "qwen2" | "mixtral" | "gpt2" | "deepseek_v3" => family.clone(),
-        other => {
+    let model_type = match family_of(&family) {
+        Some(_) => family.clone(),
+        None => {
             return Err(Error::new(
                 o.path("family"),
                 format!(
-                    "unknown family '{}' (gpt2, llama, mistral, qwen2, mixtral, deepseek_v3)",
-                    truncate(other, 40)
+                    "unknown family '{}' ({})",
+                    truncate(&family, 40),
+                    supported_types()
                 ),
             ))
         }
@@ -614,7 +1556,11 @@ mod tests {
             "more than the experts: {e}"
         );
         moe["num_experts_per_tok"] = json!(2);
+        // More dense layers than layers: all dense, as transformers builds it.
         moe["first_k_dense_replace"] = json!(3);
+        let a = parse_hf_config(&moe, "c").unwrap();
+        assert!(a.kinds().iter().all(|k| !k.moe));
+        moe["first_k_dense_replace"] = json!(1u64 << 40);
         let e = parse_hf_config(&moe, "c").unwrap_err();
         assert_eq!(e.field, "c.first_k_dense_replace", "{e}");
         let gpt2 = |k: &str, v: Value| {
@@ -633,6 +1579,19 @@ mod tests {
     }
 
     #[test]
+    fn periods_are_the_shortest_repeating_prefix() {
+        assert_eq!(period(&[1, 1, 1, 2, 1, 1, 1, 2]), vec![1, 1, 1, 2]);
+        assert_eq!(period(&[1, 2, 1]), vec![1, 2]);
+        assert_eq!(period(&[1, 1, 2]), vec![1, 1, 2]);
+        assert_eq!(period(&[3]), vec![3]);
+        assert!(period::<u8>(&[]).is_empty());
+        // A prefix that repeats covers every layer: v[i] == p[i % p.len()].
+        let v = [0, 1, 0, 0, 1, 0, 0, 1];
+        let p = period(&v);
+        assert!((0..v.len()).all(|i| v[i] == p[i % p.len()]));
+    }
+
+    #[test]
     fn missing_key_is_named() {
         let e = parse_hf_config(
             &json!({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4}),
@@ -646,7 +1605,18 @@ mod tests {
     fn unknown_type_is_rejected_without_echoing_much() {
         let long = "x".repeat(500);
         let e = parse_hf_config(&json!({ "model_type": long }), "c").unwrap_err();
-        assert!(e.message.len() < 200);
+        assert!(!e.message.contains(&"x".repeat(41)), "{e}");
+        // It names the supported types and the key to read.
+        for t in [
+            "llama",
+            "qwen3_moe",
+            "gemma3",
+            "gpt_oss",
+            "kimi_k2",
+            "model_type",
+        ] {
+            assert!(e.message.contains(t), "{e}");
+        }
     }
 
     #[test]

@@ -217,6 +217,8 @@ pub fn pairs(knob: &str, v: &str) -> Result<Value> {
             x.into()
         } else if val == "true" || val == "false" {
             Value::Bool(val == "true")
+        } else if val == "null" {
+            Value::Null
         } else {
             Value::String(val.to_string())
         };
@@ -225,8 +227,10 @@ pub fn pairs(knob: &str, v: &str) -> Result<Value> {
     Ok(Value::Object(o))
 }
 
-/// The `arch` knob for a pasted `config.json`: the keys the engine reads, checked by the
-/// engine. Errors name the line and column (bad JSON) or the config's key.
+/// The `arch` knob for a pasted `config.json`: the whole config parsed by the engine, then
+/// written back as the keys that describe the architecture ([`crate::hf::to_hf_config`]:
+/// layer patterns as strings, a multimodal wrapper's decoder only). Errors name the line and
+/// column (bad JSON) or the config's key.
 pub fn arch_from_config_json(text: &str) -> Result<String> {
     if text.len() > 1 << 20 {
         return Err(Error::new("config.json", "larger than 1 MiB"));
@@ -237,22 +241,18 @@ pub fn arch_from_config_json(text: &str) -> Result<String> {
             format!("not valid JSON ({})", shown(&e.to_string())),
         )
     })?;
-    let Value::Object(all) = v else {
+    if !v.is_object() {
         return Err(Error::new("config.json", "must be a JSON object"));
-    };
-    let kept: Map<String, Value> = all
-        .into_iter()
-        .filter(|(k, v)| {
-            crate::hf::HF_KEYS.contains(&k.as_str()) && !v.is_object() && !v.is_array()
-        })
-        .collect();
-    crate::hf::parse_hf_config(&Value::Object(kept.clone()), "config.json")?;
+    }
+    let arch = crate::hf::parse_hf_config(&v, "config.json")?;
+    let kept = crate::hf::to_hf_config(&arch);
     let knob = to_pairs(&kept);
-    // What the knob carries must read back as the same config.
-    if pairs("arch", &knob)? != Value::Object(kept) {
+    // What the knob carries must read back as the same architecture.
+    let back = crate::hf::parse_hf_config(&pairs("arch", &knob)?, "config.json")?;
+    if back != arch {
         return Err(Error::new(
             "config.json",
-            "a value holds ',' or '=', which a link cannot carry",
+            "this architecture cannot be carried by a link",
         ));
     }
     Ok(knob)
@@ -266,6 +266,7 @@ pub fn to_pairs(v: &Map<String, Value>) -> String {
                 Value::Number(n) => n.to_string(),
                 Value::Bool(b) => b.to_string(),
                 Value::String(s) if !s.contains([',', '=']) => s.clone(),
+                Value::Null => "null".into(),
                 _ => return None,
             };
             (!k.contains([',', '='])).then(|| format!("{k}={s}"))
@@ -442,7 +443,10 @@ mod tests {
             "bos_token_id": 128000, "torch_dtype": "bfloat16"}"#;
         let knob = arch_from_config_json(cfg).unwrap();
         assert!(!knob.contains("rope") && !knob.contains("bos"), "{knob}");
-        assert_eq!(pairs("arch", &knob).unwrap(), v);
+        // Only what differs from the family's defaults: head_dim is hidden / heads here.
+        assert!(!knob.contains("head_dim"), "{knob}");
+        let from_cfg = crate::hf::parse_hf_config(&pairs("arch", &knob).unwrap(), "c").unwrap();
+        assert_eq!(from_cfg, crate::hf::parse_hf_config(&v, "c").unwrap());
         let e = arch_from_config_json("{\n  \"model_type\": llama}").unwrap_err();
         assert!(e.field.starts_with("config.json:2:"), "{e}");
         let e = arch_from_config_json("[1]").unwrap_err();

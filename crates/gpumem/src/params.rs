@@ -6,7 +6,7 @@
 //! over 64 ranks leave each rank a whole expert), and tensor parallelism splits some
 //! tensors along their rows and others along their columns.
 
-use crate::arch::{Architecture, Family, LayerKind};
+use crate::arch::{Architecture, AttnType, Block, Family, LayerKind, Norm, QkNorm};
 
 /// How tensor parallelism divides a tensor (torchtitan's plan on the Hugging Face modules).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,14 +79,13 @@ impl PTensor {
     }
 }
 
-/// The tensors of one decoder layer (`moe`: a mixture-of-experts layer).
+/// The tensors of one decoder layer of kind `kind`.
 pub fn layer(a: &Architecture, kind: LayerKind) -> Vec<PTensor> {
-    let moe = kind.moe;
     let mut v = Vec::new();
     let h = a.hidden;
     let norm = |v: &mut Vec<PTensor>, w: u64| {
         v.push(PTensor::new(w, 1, Split::Whole));
-        if a.family == Family::Gpt2 {
+        if a.norm == Norm::LayerNorm {
             v.push(PTensor::new(w, 1, Split::Whole));
         }
     };
@@ -113,10 +112,23 @@ pub fn layer(a: &Architecture, kind: LayerKind) -> Vec<PTensor> {
             v.push(PTensor::new(l.out, 1, bias_split));
         }
     };
-    norm(&mut v, h);
-    for (name, l) in a.attention_linears() {
-        let colwise = !matches!(name, "o_proj" | "c_proj");
-        linear(&mut v, name, l, colwise);
+    let rowwise = |name: &str| {
+        matches!(
+            name,
+            "o_proj" | "c_proj" | "dense" | "down_proj" | "dense_4h_to_h" | "out_proj"
+        )
+    };
+    // The norms in front of the token mixer.
+    match a.block {
+        Block::Pre | Block::Sandwich | Block::Parallel => norm(&mut v, h),
+        Block::ParallelTwoNorms => {
+            norm(&mut v, h);
+            norm(&mut v, h);
+        }
+        Block::Post => {}
+    }
+    for (name, l) in a.attention_linears_of(kind.attn) {
+        linear(&mut v, name, l, !rowwise(name));
         if name == "q_a_proj" {
             norm(&mut v, l.out);
         }
@@ -126,36 +138,88 @@ pub fn layer(a: &Architecture, kind: LayerKind) -> Vec<PTensor> {
             }
         }
     }
-    norm(&mut v, h);
-    match (&a.moe, moe) {
+    match (kind.attn, &a.linear) {
+        (AttnType::Linear, Some(x)) => {
+            // Depthwise conv1d [conv_dim, 1, kernel], dt_bias and A_log per value head, the
+            // gated RMSNorm over a value head.
+            v.push(PTensor::new(x.conv_dim(), x.conv_kernel, Split::Whole));
+            v.push(PTensor::new(x.value_heads, 1, Split::Whole));
+            v.push(PTensor::new(x.value_heads, 1, Split::Whole));
+            v.push(PTensor::new(x.value_dim, 1, Split::Whole));
+        }
+        _ => {
+            match a.qk_norm {
+                QkNorm::Head => {
+                    norm(&mut v, a.head_dim);
+                    norm(&mut v, a.head_dim);
+                }
+                QkNorm::Full => {
+                    norm(&mut v, a.q_dim());
+                    norm(&mut v, a.kv_dim());
+                }
+                QkNorm::CohereHead => {
+                    v.push(PTensor::new(a.heads, a.head_dim, Split::Dim0));
+                    v.push(PTensor::new(a.kv_heads, a.head_dim, Split::Dim0));
+                }
+                QkNorm::None | QkNorm::L2 => {}
+            }
+            if a.sinks {
+                v.push(PTensor::new(a.heads, 1, Split::Dim0));
+            }
+        }
+    }
+    // The norms between the token mixer and the MLP, and after the MLP.
+    match a.block {
+        Block::Pre => norm(&mut v, h),
+        Block::Sandwich => {
+            norm(&mut v, h);
+            norm(&mut v, h);
+            norm(&mut v, h);
+        }
+        Block::Post => {
+            norm(&mut v, h);
+            norm(&mut v, h);
+        }
+        Block::Parallel | Block::ParallelTwoNorms => {}
+    }
+    match (&a.moe, kind.moe) {
         (Some(m), true) => {
             let i = m.expert_intermediate;
             // transformers 5 stacks the routed experts: gate_up_proj [E, 2I, H] and
-            // down_proj [E, H, I].
+            // down_proj [E, H, I] (gpt-oss and Llama 4 store them transposed).
             let per = if a.gated_mlp() { 2 * i } else { i };
-            v.push(PTensor {
+            let expert = |dim0: u64, rest: u64| PTensor {
                 expert: true,
-                ..PTensor::new(m.experts, per * h, Split::Whole)
-            });
-            v.push(PTensor {
-                expert: true,
-                ..PTensor::new(m.experts, h * i, Split::Whole)
-            });
-            v.push(PTensor::new(m.experts, h, Split::Whole));
-            if m.router_bias {
-                // DeepSeek-V3's `e_score_correction_bias` is a buffer, not a parameter: no
-                // gradient, no optimizer state. Listed by `buffers`.
+                ..PTensor::new(dim0, rest, Split::Whole)
+            };
+            v.push(expert(m.experts, per * h));
+            if m.expert_bias {
+                v.push(expert(m.experts, per));
             }
-            if m.shared_experts > 0 {
-                for (name, l) in a.mlp_linears(i * m.shared_experts) {
-                    linear(&mut v, name, l, name != "down_proj");
+            v.push(expert(m.experts, h * i));
+            if m.expert_bias {
+                v.push(expert(m.experts, h));
+            }
+            // The router's weight (and bias). DeepSeek-V3's routing bias
+            // (`e_score_correction_bias`) is a buffer, not a parameter: no gradient, no
+            // optimizer state.
+            v.push(PTensor::new(m.experts, h, Split::Whole));
+            if m.router_linear_bias {
+                v.push(PTensor::new(m.experts, 1, Split::Whole));
+            }
+            let s = m.shared_width();
+            if s > 0 {
+                for (name, l) in a.mlp_linears(s) {
+                    linear(&mut v, name, l, !rowwise(name));
                 }
+            }
+            if m.shared_gate {
+                v.push(PTensor::new(1, h, Split::Whole));
             }
         }
         _ => {
-            for (name, l) in a.mlp_linears(a.intermediate) {
-                let colwise = !matches!(name, "down_proj" | "c_proj");
-                linear(&mut v, name, l, colwise);
+            for (name, l) in a.mlp_linears(a.dense_intermediate()) {
+                linear(&mut v, name, l, !rowwise(name));
             }
         }
     }
@@ -174,7 +238,7 @@ pub fn embedding(a: &Architecture) -> Vec<PTensor> {
 /// The final norm and the LM head (none when tied to the embedding).
 pub fn head(a: &Architecture) -> Vec<PTensor> {
     let mut v = vec![PTensor::new(a.hidden, 1, Split::Whole)];
-    if a.family == Family::Gpt2 {
+    if a.norm == Norm::LayerNorm {
         v.push(PTensor::new(a.hidden, 1, Split::Whole));
     }
     if !a.tied_embeddings {

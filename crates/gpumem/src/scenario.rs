@@ -247,6 +247,21 @@ impl Scenario {
 
     pub fn from_value(v: &Value) -> Result<Scenario> {
         let o = Obj::new(v, "").map_err(|_| Error::new("scenario", "must be a JSON object"))?;
+        o.only(&[
+            "model",
+            "mode",
+            "batch",
+            "seq",
+            "new_tokens",
+            "precision",
+            "optimizer",
+            "recompute",
+            "attention",
+            "loss",
+            "finetune",
+            "parallel",
+            "gpu",
+        ])?;
         let model = match o.get("model") {
             None => return Err(Error::new("model", "is required but missing")),
             Some(m) => parse_model(m)?,
@@ -440,21 +455,24 @@ impl Scenario {
             }
             return Ok(());
         };
-        if a.heads % p.tp != 0 {
-            return err(
-                "tp",
-                format!(
-                    "attention heads ({}) must be divisible by tp ({})",
-                    a.heads, p.tp
-                ),
-            );
+        // Tensor parallelism splits every kind of head: query, key/value (not MLA's, which
+        // are expanded per query head), and a linear-attention layer's key and value heads.
+        let mut heads = vec![("attention heads", a.heads)];
+        if a.mla.is_none() {
+            heads.push(("key/value heads", a.kv_heads));
         }
-        if a.mla.is_none() && a.kv_heads % p.tp != 0 {
+        if let Some(x) = &a.linear {
+            heads.push(("linear-attention key heads", x.key_heads));
+            heads.push(("linear-attention value heads", x.value_heads));
+        }
+        if let Some((what, n)) = heads.iter().find(|(_, n)| n % p.tp != 0) {
+            let g = heads.iter().fold(0, |g, (_, n)| gcd(g, *n));
             return err(
                 "tp",
                 format!(
-                    "key/value heads ({}) must be divisible by tp ({})",
-                    a.kv_heads, p.tp
+                    "{what} ({n}) must be divisible by tp ({}); {}",
+                    p.tp,
+                    nearest_tp(g, p.tp)
                 ),
             );
         }
@@ -547,6 +565,29 @@ impl Scenario {
     }
 }
 
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+/// The tensor-parallel sizes nearest to `tp` (below and above) that divide `g`, the heads'
+/// greatest common divisor, in words.
+fn nearest_tp(g: u64, tp: u64) -> String {
+    let divides = |d: &u64| g.is_multiple_of(*d);
+    let below = (1..tp).rev().find(divides);
+    let above = (tp + 1..=g).find(divides);
+    match (below, above) {
+        (Some(b), Some(u)) => format!("the nearest that divide them are tp={b} and tp={u}"),
+        (Some(1), None) => "only tp=1 divides them".to_string(),
+        (Some(b), None) => format!("the nearest that divides them is tp={b}"),
+        (None, Some(u)) => format!("the nearest that divides them is tp={u}"),
+        (None, None) => "only tp=1 divides them".to_string(),
+    }
+}
+
 fn parse_model(v: &Value) -> Result<Model> {
     match v {
         Value::String(s) => preset_model(s, "model"),
@@ -627,6 +668,7 @@ fn parse_finetune(v: &Value) -> Result<Finetune> {
             };
             let inner = m.values().next().expect("one entry");
             let o = Obj::new(inner, key)?;
+            o.only(&["rank", "targets"])?;
             let rank = o.u64_opt("rank")?.unwrap_or(16);
             if rank == 0 || rank > 65536 {
                 return Err(Error::new(
@@ -679,6 +721,30 @@ fn parse_finetune(v: &Value) -> Result<Finetune> {
 
 fn parse_parallel(v: &Value) -> Result<Parallel> {
     let o = Obj::new(v, "parallel")?;
+    o.only(&[
+        "dp",
+        "tp",
+        "pp",
+        "cp",
+        "ep",
+        "grad_accum",
+        "gpus",
+        "framework",
+        "zero",
+        "fsdp",
+        "shard_group",
+        "sp",
+        "offload",
+        "schedule",
+        "virtual_stages",
+        "capacity_factor",
+        "wrap",
+        "loss_parallel",
+        "grad_reduce_in_bf16",
+        "cp_load_balance",
+        "cp_rotate",
+        "ep_impl",
+    ])?;
     let mut p = Parallel::default();
     for (k, slot) in [
         ("dp", &mut p.dp),
@@ -843,6 +909,22 @@ fn parse_parallel(v: &Value) -> Result<Parallel> {
     p.loss_parallel = o.bool_opt("loss_parallel")?.unwrap_or(true);
     p.grad_reduce_in_bf16 = o.bool_opt("grad_reduce_in_bf16")?.unwrap_or(false);
     p.cp_load_balance = o.bool_opt("cp_load_balance")?.unwrap_or(true);
+    // How context parallelism passes K/V around the ring (`set_rotate_method`). Both keep the
+    // same tensors alive on a rank: the oracle measured the same per-rank peak for each
+    // (tests/data/oracle/sharded.jsonl, `llama-2b cp cp4` and `cp4 a2a`), so it is checked and
+    // needs no other accounting.
+    match o.str_opt("cp_rotate")? {
+        None | Some("allgather") | Some("alltoall") => {}
+        Some(other) => {
+            return Err(Error::new(
+                o.path("cp_rotate"),
+                format!(
+                    "must be allgather or alltoall, got '{}'",
+                    truncate(other, 20)
+                ),
+            ))
+        }
+    }
     p.ep_impl = match o.str_opt("ep_impl")? {
         None | Some("titan") => EpImpl::Titan,
         Some("hf") | Some("transformers") => EpImpl::Hf,
@@ -885,6 +967,7 @@ fn parse_gpu(v: &Value) -> Result<(String, u64)> {
             }),
         Value::Object(_) => {
             let o = Obj::new(v, "gpu")?;
+            o.only(&["name", "capacity_bytes"])?;
             if let Some(n) = o.str_opt("name")? {
                 if o.get("capacity_bytes").is_none() {
                     return parse_gpu(&Value::String(n.to_string()));
@@ -910,5 +993,34 @@ fn parse_gpu(v: &Value) -> Result<(String, u64)> {
                 kind(other)
             ),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn unknown_keys_are_refused_by_name() {
+        for (v, field) in [
+            (json!({"model": "gpt2", "batchsize": 4}), "batchsize"),
+            (
+                json!({"model": "gpt2", "parallel": {"dpp": 2}}),
+                "parallel.dpp",
+            ),
+            (
+                json!({"model": "gpt2", "gpu": {"capacity": 1}}),
+                "gpu.capacity",
+            ),
+            (
+                json!({"model": "gpt2", "finetune": {"lora": {"rnak": 8}}}),
+                "finetune.lora.rnak",
+            ),
+        ] {
+            let e = Scenario::from_value(&v).unwrap_err();
+            assert_eq!(e.field, field, "{e}");
+            assert!(e.message.starts_with("unknown key"), "{e}");
+        }
     }
 }

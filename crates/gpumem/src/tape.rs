@@ -336,6 +336,11 @@ impl Tape {
         self.storage_mut(t).dtype = d;
     }
 
+    /// Count `t`'s storage as `cat` (the KV cache a layer fills).
+    pub fn set_cat(&mut self, t: Tid, cat: Cat) {
+        self.storage_mut(t).cat = cat;
+    }
+
     /// Keep `t` alive until the end of this stretch's forward.
     pub fn hold(&mut self, t: Tid) {
         self.storage_mut(t).held = true;

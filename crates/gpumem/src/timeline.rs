@@ -161,63 +161,92 @@ impl<'a> Unroll<'a> {
     }
 
     fn nodes(&mut self, nodes: &[Node], lab: Label) {
-        for n in nodes {
-            match n {
-                Node::Frame(seg) => self.frame(seg, lab),
-                Node::Stretch { src, one, n, index } => {
-                    let events = self.events(*src);
-                    self.run(
-                        *n,
-                        one,
-                        |u, k| {
-                            let mut l = lab;
-                            if *index > 0 {
-                                l.index = index + k as u32 - 1;
-                            }
-                            match events {
-                                Some(ev) => u.stretch(ev, one, l),
-                                None => u.frame(one, l),
-                            }
-                        },
-                        |k| {
-                            let mut l = lab;
-                            if *index > 0 {
-                                l.index = index + k as u32 - 1;
-                            }
-                            l
-                        },
-                    );
-                }
-                Node::Group {
-                    n,
+        let mut i = 0;
+        while i < nodes.len() {
+            // Layers of different kinds that alternate (sliding and full attention, dense and
+            // MoE) repeat as a pattern: its repetitions are summarised as a run's are.
+            if let Some((p, r)) = pattern(&nodes[i..]) {
+                let one = nodes[i..i + p]
+                    .iter()
+                    .fold(Seg::default(), |acc, n| acc.then(seg_of(n)));
+                let first = |k: u64| {
+                    let mut l = lab;
+                    if let Some(x) = first_index(&nodes[i + (k as usize - 1) * p..]) {
+                        l.index = x;
+                    }
+                    l
+                };
+                self.run(
+                    r as u64,
+                    &one,
+                    p as u64,
+                    |u, k| {
+                        let at = i + (k as usize - 1) * p;
+                        u.nodes(&nodes[at..at + p], lab)
+                    },
+                    first,
+                );
+                i += p * r;
+                continue;
+            }
+            self.node(&nodes[i], lab);
+            i += 1;
+        }
+    }
+
+    fn node(&mut self, n: &Node, lab: Label) {
+        match n {
+            Node::Frame(seg) => self.frame(seg, lab),
+            Node::Stretch { src, one, n, index } => {
+                let events = self.events(*src);
+                let at = |k: u64| {
+                    let mut l = lab;
+                    if *index > 0 {
+                        l.index = index + k as u32 - 1;
+                    }
+                    l
+                };
+                self.run(
+                    *n,
                     one,
-                    count,
-                    body,
-                } => {
-                    let at = |k: u64| {
-                        let mut l = lab;
-                        match *count {
-                            Count::MicroBatches { from, of } => {
-                                l.micro_batch = from + k as u32 - 1;
-                                l.micro_batches = of;
-                            }
-                            Count::Layers { from } => l.index = from + k as u32 - 1,
+                    1,
+                    |u, k| match events {
+                        Some(ev) => u.stretch(ev, one, at(k)),
+                        None => u.frame(one, at(k)),
+                    },
+                    at,
+                );
+            }
+            Node::Group {
+                n,
+                one,
+                count,
+                body,
+            } => {
+                let at = |k: u64| {
+                    let mut l = lab;
+                    match *count {
+                        Count::MicroBatches { from, of } => {
+                            l.micro_batch = from + k as u32 - 1;
+                            l.micro_batches = of;
                         }
-                        l
-                    };
-                    self.run(*n, one, |u, k| u.nodes(body, at(k)), at);
-                }
+                        Count::Layers { from } => l.index = from + k as u32 - 1,
+                    }
+                    l
+                };
+                self.run(*n, one, 1, |u, k| u.nodes(body, at(k)), at);
             }
         }
     }
 
-    /// `n` repetitions of `one`: the first and the last unrolled by `each`, those between
-    /// summarised (at most [`SUMMARY_POINTS`] points, each the highest moment of the
-    /// repetitions it stands for).
+    /// `n` repetitions of `one` (each `per` decoder layers or micro-batches): the first and
+    /// the last unrolled by `each`, those between summarised (at most [`SUMMARY_POINTS`]
+    /// points, each the highest moment of the repetitions it stands for).
     fn run(
         &mut self,
         n: u64,
         one: &Seg,
+        per: u64,
         mut each: impl FnMut(&mut Self, u64),
         label: impl Fn(u64) -> Label,
     ) {
@@ -227,10 +256,10 @@ impl<'a> Unroll<'a> {
         each(self, 1);
         let middle = n.saturating_sub(2);
         if middle > 0 {
-            let per = middle.div_ceil(SUMMARY_POINTS);
+            let each_point = middle.div_ceil(SUMMARY_POINTS);
             let mut k = 2;
             while k < n {
-                let m = per.min(n - k);
+                let m = each_point.min(n - k);
                 // Each repetition leaves `one.delta`: the highest of the m is the last one's
                 // when they pile up, else the first's.
                 let before = self.level;
@@ -239,7 +268,7 @@ impl<'a> Unroll<'a> {
                 let at = label(k).place(Where { what: "", ..one.at });
                 self.level = before.plus(one.delta.scale(m as f64));
                 let cat = main_cat(&one.delta, &one.peak);
-                self.point(top, at, "", cat, one.delta.total() * m as f64, m);
+                self.point(top, at, "", cat, one.delta.total() * m as f64, m * per);
                 k += m;
             }
         }
@@ -306,6 +335,67 @@ impl<'a> Unroll<'a> {
             i += 1;
         }
     }
+}
+
+/// What a recorded node composes to.
+fn seg_of(n: &Node) -> Seg {
+    match n {
+        Node::Frame(s) => *s,
+        Node::Stretch { one, n, .. } | Node::Group { one, n, .. } => one.repeat(*n),
+    }
+}
+
+/// Whether two recorded nodes are the same piece of a step (another decoder layer alike).
+fn alike(a: &Node, b: &Node) -> bool {
+    match (a, b) {
+        (Node::Frame(x), Node::Frame(y)) => x.delta == y.delta && x.peak == y.peak,
+        (
+            Node::Stretch { src, one, n, .. },
+            Node::Stretch {
+                src: s2,
+                one: o2,
+                n: n2,
+                ..
+            },
+        ) => src == s2 && n == n2 && one.delta == o2.delta && one.peak == o2.peak,
+        (
+            Node::Group { n, one, body, .. },
+            Node::Group {
+                n: n2,
+                one: o2,
+                body: b2,
+                ..
+            },
+        ) => n == n2 && body.len() == b2.len() && one.delta == o2.delta && one.peak == o2.peak,
+        _ => false,
+    }
+}
+
+/// A pattern at the start of `nodes` that repeats: (its length, 2 to 4 nodes with a decoder
+/// layer among them; how many times in a row, at least 3).
+fn pattern(nodes: &[Node]) -> Option<(usize, usize)> {
+    (2..=4).find_map(|p| {
+        if nodes.len() < 3 * p || first_index(&nodes[..p]).is_none() {
+            return None;
+        }
+        let mut r = 1;
+        while (r + 1) * p <= nodes.len() && (0..p).all(|j| alike(&nodes[j], &nodes[r * p + j])) {
+            r += 1;
+        }
+        (r >= 3).then_some((p, r))
+    })
+}
+
+/// The decoder layer the first stretch (or group of layers) in `nodes` starts at.
+fn first_index(nodes: &[Node]) -> Option<u32> {
+    nodes.iter().find_map(|n| match n {
+        Node::Stretch { index, .. } if *index > 0 => Some(*index),
+        Node::Group {
+            count: Count::Layers { from },
+            ..
+        } => Some(*from),
+        _ => None,
+    })
 }
 
 /// The category that moves most in `a` (or, when nothing does, in `b`).
@@ -398,6 +488,26 @@ mod tests {
                 ("new-tokens", "4k"),
             ],
             &[("model", "llama3.1-8b"), ("optimizer", "adafactor")],
+            // Families whose layers differ (sliding and full attention, linear attention,
+            // dense and MoE layers): runs of one kind, numbered through the model.
+            &[("model", "gemma-2-9b"), ("seq", "8k")],
+            &[("model", "gemma-3-1b"), ("grad-accum", "2")],
+            &[
+                ("model", "qwen3-next-80b-a3b"),
+                ("seq", "1k"),
+                ("capacity", "4000"),
+            ],
+            &[("model", "deepseek-v2-lite"), ("seq", "1k")],
+            &[
+                ("model", "gpt-oss-20b"),
+                ("mode", "inference"),
+                ("new-tokens", "1k"),
+            ],
+            &[
+                ("model", "gemma-3-12b"),
+                ("mode", "inference"),
+                ("seq", "32k"),
+            ],
         ];
         for k in cases {
             let s = scenario(k);

@@ -159,7 +159,7 @@ fn stats(r: &Report) -> String {
     let high = errors.iter().filter(|e| **e >= 0.0005).count();
     format!(
         "<ul class=\"gm-stats\"><li><strong>{}</strong> runs, {done} completed and {} out of memory</li>\
-         <li>median |error| <strong>{:.1} %</strong>, largest <strong>{:.1} %</strong> (goals: 5 % and 15 %)</li>\
+         <li>median |error| <strong>{:.1} %</strong>, largest <strong>{:.1} %</strong> (goals: 1 % and 5 %)</li>\
          <li>predicted below the measurement in <strong>{low}</strong> runs, above it in <strong>{high}</strong>, \
          equal to the table's precision in the other {}</li>\
          <li>fits / out-of-memory verdicts right: <strong>{} of {}</strong></li>\

@@ -1,0 +1,104 @@
+//! Training peaks per model family against the CPU oracle (tests/data/oracle/families.jsonl,
+//! made by tools/oracle/families.py: one training step of small, realistically shaped
+//! configs under FakeTensorMode) and the MoE prefill peak (tests/data/oracle/generate.jsonl).
+//! CI has no torch: the recorded figures are the ground truth.
+
+use serde_json::Value;
+
+fn lines(rel: &str) -> Vec<Value> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(rel);
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).expect("a JSON record"))
+        .collect()
+}
+
+fn peak(scenario: &Value) -> f64 {
+    let s = gpumem::Scenario::from_value(scenario).expect("scenario");
+    gpumem::estimate(&s).expect("estimate").peak_bytes as f64
+}
+
+/// Median |error| at most 1 %, every case at most 3 %, over the cases whose CPU-oracle peak is
+/// what a GPU does (the others say why not, and are still estimated without error).
+#[test]
+fn every_family_trains_within_bounds_of_the_oracle() {
+    let cases = lines("tests/data/oracle/families.jsonl");
+    let mut errs = Vec::new();
+    let mut families = std::collections::BTreeSet::new();
+    let mut report = Vec::new();
+    for c in &cases {
+        let name = c["name"].as_str().unwrap();
+        let got = peak(&c["scenario"]);
+        if c["gpu_valid"] == Value::Bool(false) {
+            assert!(
+                c["why_not"].as_str().is_some_and(|w| !w.is_empty()),
+                "{name}: a case kept out says why"
+            );
+            continue;
+        }
+        let want = c["expect"]["peak_step"].as_f64().unwrap();
+        let err = got / want - 1.0;
+        report.push(format!("{name}: {:+.2}%", err * 100.0));
+        errs.push(err.abs());
+        families.insert(c["family"].as_str().unwrap().to_string());
+    }
+    errs.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let median = errs[errs.len() / 2];
+    let worst = errs[errs.len() - 1];
+    let report = report.join("\n");
+    assert!(errs.len() >= 35, "{} cases\n{report}", errs.len());
+    assert!(median <= 0.01, "median {median}\n{report}");
+    assert!(worst <= 0.03, "worst {worst}\n{report}");
+    for f in [
+        "llama",
+        "mistral",
+        "mixtral",
+        "qwen2",
+        "qwen2_moe",
+        "qwen3",
+        "qwen3_moe",
+        "qwen3_next",
+        "gemma2",
+        "gemma3_text",
+        "llama4_text",
+        "phi3",
+        "olmo2",
+        "glm4_moe",
+        "gpt_oss",
+        "deepseek_v2",
+        "deepseek_v3",
+        "smollm3",
+        "granite",
+        "gpt_neox",
+        "falcon",
+        "starcoder2",
+        "cohere",
+        "cohere2",
+    ] {
+        assert!(families.contains(f), "no GPU-valid case for {f}");
+    }
+}
+
+/// The MoE prefill (generate()'s first forward of a Mixtral-style model, 32k tokens in the
+/// batch): transformers 5's grouped_mm experts keep two (tokens × top_k, 2 × intermediate)
+/// copies at once; the engine replays them.
+#[test]
+fn moe_prefill_peak_matches_the_oracle() {
+    for c in lines("tests/data/oracle/generate.jsonl") {
+        let name = c["name"].as_str().unwrap();
+        let s = gpumem::Scenario::from_value(&c["scenario"]).expect("scenario");
+        let e = gpumem::estimate(&s).expect("estimate");
+        let want = c["expect"]["peak_prefill"].as_f64().unwrap();
+        let err = e.peak_bytes as f64 / want - 1.0;
+        assert!(err.abs() <= 0.01, "{name}: {:+.2}%", err * 100.0);
+        assert_eq!(
+            e.kv_cache_bytes,
+            c["expect"]["kv_cache_bytes"].as_u64().unwrap(),
+            "{name}"
+        );
+    }
+}

@@ -1,0 +1,131 @@
+//! Every published config.json in tests/data/models/configs, parsed by the engine, against
+//! what transformers 5.17 builds from it (tests/data/models/models.jsonl, made by
+//! tools/models/generate.py): parameters and KV-cache bytes must be exact.
+
+use gpumem::hf::{parse_hf_config, to_hf_config};
+use serde_json::Value;
+
+fn root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn records() -> Vec<Value> {
+    let text = std::fs::read_to_string(root().join("tests/data/models/models.jsonl"))
+        .expect("tests/data/models/models.jsonl");
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).expect("a JSON record"))
+        .collect()
+}
+
+fn config(r: &Value) -> Value {
+    let path = r["config_file"].as_str().expect("config_file");
+    let text = std::fs::read_to_string(root().join(path)).expect("config file");
+    serde_json::from_str(&text).expect("config JSON")
+}
+
+#[test]
+fn parameters_and_kv_cache_are_exact_for_every_published_config() {
+    let recs = records();
+    assert!(recs.len() >= 31, "{} records", recs.len());
+    let mut failures = Vec::new();
+    for r in &recs {
+        let name = r["name"].as_str().unwrap();
+        let a = match parse_hf_config(&config(r), "config") {
+            Ok(a) => a,
+            Err(e) => {
+                failures.push(format!("{name}: refused: {e}"));
+                continue;
+            }
+        };
+        // A multimodal config's decoder alone (the vision tower is not modelled).
+        let want = r["text_only"]["params"]
+            .as_u64()
+            .or(r["params"].as_u64())
+            .unwrap();
+        let got = a.params().total;
+        if got != want {
+            failures.push(format!(
+                "{name}: params {got} != {want} ({:+})",
+                got as i128 - want as i128
+            ));
+        }
+        for n in ["4096", "32768"] {
+            let want = r["kv_bytes"][n].as_f64().unwrap();
+            let got = a.kv_cache_bytes(1.0, n.parse().unwrap(), 2.0);
+            if got != want {
+                failures.push(format!("{name}: KV after {n} tokens {got} != {want}"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+}
+
+/// What a page's `arch` knob carries reads back as the same architecture.
+#[test]
+fn every_published_config_round_trips_through_the_arch_knob() {
+    for r in records() {
+        let name = r["name"].as_str().unwrap();
+        let c = config(&r);
+        let a = parse_hf_config(&c, "config").unwrap_or_else(|e| panic!("{name}: {e}"));
+        let keys = to_hf_config(&a);
+        let back = parse_hf_config(&Value::Object(keys.clone()), "k")
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(back, a, "{name}");
+        for k in keys.keys() {
+            assert!(gpumem::hf::HF_KEYS.contains(&k.as_str()), "{name}: {k}");
+        }
+        let knob = gpumem::knobs::arch_from_config_json(&c.to_string())
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(knob.len() <= gpumem::knobs::MAX_VALUE_LEN, "{name}: {knob}");
+        let s = gpumem::knobs::scenario([("arch", knob.as_str())])
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        match s.model {
+            gpumem::scenario::Model::Arch { arch, .. } => assert_eq!(arch, a, "{name}"),
+            other => panic!("{name}: {other:?}"),
+        }
+    }
+}
+
+/// Inference loads a quantized checkpoint as stored: gpt-oss's MXFP4 experts (the published
+/// safetensors of gpt-oss-20b total 13.76 GB, of gpt-oss-120b 65.3 GB), DeepSeek-V3's fp8
+/// linears with fp32 block scales. Training and A100 inference (no fp8) use 16-bit weights.
+#[test]
+fn quantized_checkpoints_weigh_what_they_store() {
+    let inference = |model: &str, gpu: &str| {
+        let s = gpumem::Scenario::from_value(&serde_json::json!({
+            "model": model, "mode": "inference", "seq": 1024, "gpu": gpu}))
+        .unwrap();
+        gpumem::estimate(&s).unwrap().weights_bytes as f64
+    };
+    let w20 = inference("gpt-oss-20b", "H100-80GB");
+    assert!((w20 - 13_761_264_768.0).abs() < 1.0, "{w20}");
+    let w120 = inference("gpt-oss-120b", "H100-80GB");
+    assert!((65.2e9..65.3e9).contains(&w120), "{w120}");
+    let ds = inference("deepseek-v3", "H100-80GB");
+    assert!((672e9..690e9).contains(&ds), "{ds}");
+    // fp8 needs compute capability 8.9: an A100 gets bf16.
+    let ds_a100 = inference("deepseek-v3", "A100-80GB");
+    assert_eq!(ds_a100, 671_026_404_352.0 * 2.0);
+}
+
+/// A config whose heads do not divide the tensor-parallel size is refused with the nearest
+/// sizes that do.
+#[test]
+fn tp_refusals_offer_the_nearest_sizes_that_divide_the_heads() {
+    let refuse = |model: &str, tp: u64| {
+        gpumem::Scenario::from_value(&serde_json::json!({
+            "model": model, "parallel": {"tp": tp, "dp": 1}}))
+        .unwrap_err()
+        .to_string()
+    };
+    let e = refuse("phi-4", 4);
+    assert!(
+        e.contains("key/value heads (10)") && e.contains("tp=2 and tp=5"),
+        "{e}"
+    );
+    let e = refuse("falcon-7b", 2);
+    assert!(e.contains("only tp=1"), "{e}");
+    let e = refuse("qwen3-next-80b-a3b", 4);
+    assert!(e.contains("(2)") && e.contains("tp=2"), "{e}");
+}
