@@ -179,22 +179,20 @@ pub fn Diff(init: &Init) -> Html {
         );
     }
     let diff = sum.show(sum.units(to) - sum.units(from));
-    let _ = write!(
-        t,
-        r#"<tr class="gm-wf-end"><th scope="row">Peak of {}"#,
-        esc(&settings(&b))
-    );
-    bar(&mut t, 0.0, to, "gm-wf-total");
-    let _ = write!(
-        t,
-        r#"</th><td class="gm-num">{}</td><td class="gm-num">{}</td></tr></tbody></table>"#,
-        if w.steps.is_empty() {
-            ""
-        } else {
-            diff.as_str()
-        },
-        sum.gib(to)
-    );
+    if !w.steps.is_empty() {
+        let _ = write!(
+            t,
+            r#"<tr class="gm-wf-end"><th scope="row">Peak of {}"#,
+            esc(&settings(&b))
+        );
+        bar(&mut t, 0.0, to, "gm-wf-total");
+        let _ = write!(
+            t,
+            r#"</th><td class="gm-num">{diff}</td><td class="gm-num">{}</td></tr>"#,
+            sum.gib(to)
+        );
+    }
+    t.push_str("</tbody></table>");
     let summary = if w.steps.is_empty() {
         format!("The two scenarios peak alike, at {}.", sum.gib(from))
     } else {

@@ -13,8 +13,10 @@ use crate::Init;
 fn mib(b: f64) -> String {
     if b >= 1073741824.0 {
         gib(b)
-    } else {
+    } else if b >= 1048576.0 {
         format!("{} MiB", gpumem::num::fixed(b / 1048576.0, 1))
+    } else {
+        format!("{} KiB", gpumem::num::fixed(b / 1024.0, 1))
     }
 }
 
@@ -49,7 +51,7 @@ pub fn Ledger(init: &Init) -> Html {
         .sum();
     let sum = Sum::of(total);
     let title = if loss {
-        "Every tensor of the LM head and the loss"
+        "The logits, tensor by tensor"
     } else {
         "What autograd saves in one decoder layer"
     };
@@ -63,7 +65,11 @@ pub fn Ledger(init: &Init) -> Html {
         } else {
             ""
         },
-        if loss { "What it is" } else { "Kept for" }
+        if loss {
+            "What it is"
+        } else {
+            "Kept for the backward of"
+        }
     );
     for r in &rows {
         t.push_str("<tr>");
@@ -77,7 +83,7 @@ pub fn Ledger(init: &Init) -> Html {
         let shape = if r.shape.0.is_empty() {
             "—".to_string()
         } else {
-            format!("{} = {}", r.shape.0, r.shape.1)
+            format!("{}<br>{}", r.shape.0, r.shape.1)
         };
         let _ = write!(
             t,
@@ -90,7 +96,9 @@ pub fn Ledger(init: &Init) -> Html {
         );
     }
     t.push_str("</tbody></table>");
-    let foot = if loss {
+    let foot = if loss && rows.is_empty() {
+        "This loss keeps no logits: a fused loss computes them a chunk of tokens at a time inside one op.".to_string()
+    } else if loss {
         format!(
             "The forward's tensors add up to {}; the backward's gradients come while the forward's are still alive, which is why the peak so often falls in the loss's backward.",
             sum.gib(total)

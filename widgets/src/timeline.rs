@@ -352,6 +352,12 @@ pub fn Timeline(init: &Init) -> Html {
     let peak_col = cols.iter().position(|&i| i == t.peak).unwrap_or(0);
     let px = l + cw * (peak_col as f64 + 0.5);
     let col_pts: Vec<&OpPoint> = cols.iter().map(|&i| &t.points[i]).collect();
+    let legend: Vec<&'static str> = PARTS
+        .iter()
+        .enumerate()
+        .filter(|(q, _)| col_pts.iter().any(|p| stack(p)[*q] > 0.0))
+        .map(|(_, p)| p.key)
+        .collect();
     // The whole step.
     let mut svg = String::with_capacity(32 << 10);
     grid(&mut svg, &tk, l, w - r, &y);
@@ -552,6 +558,7 @@ pub fn Timeline(init: &Init) -> Html {
                 onkeydown={on_key_overview} onmouseover={on_over.clone()} onfocusin={on_focus.clone()}>
                 { Html::from_html_unchecked(svg.into()) }
             </svg>
+            { crate::allocator::key_legend(&legend) }
             <p class="gm-note gm-detail-title">{ format!("Around the peak, op by op (the axis starts at {}):", gib(floor)) }</p>
             <svg class="gm-chart gm-detail" viewBox={format!("0 0 {} {}", n(w), n(DH))} role="group"
                 aria-label="The ops around the peak, one column each; arrow keys move along"

@@ -1,6 +1,6 @@
 //! Ledgers: the tensors behind a figure, one by one, from the same replay as the estimate.
-//! [`layer`] lists what autograd saves in one decoder layer; [`loss`] every tensor the LM
-//! head and the loss allocate (the logits, their fp32 upcast, the log-softmax and the
+//! [`layer`] lists what autograd saves in one decoder layer; [`loss`] the logits' tensors the
+//! LM head and the loss allocate (the logits, their fp32 upcast, the log-softmax and their
 //! gradients).
 
 use crate::arch::Architecture;
@@ -17,7 +17,8 @@ use crate::tape::{self, Grads};
 pub struct Row {
     /// The op that made it (or, for a gradient, whose backward did).
     pub op: &'static str,
-    /// What it is: "saved by q_proj, k_proj", "grad of input", "output".
+    /// What it is: the ops that save it ("q_proj, k_proj, v_proj"), or its role in the loss
+    /// ledger ("grad of input", "output").
     pub role: String,
     pub dtype: Option<DType>,
     pub bytes: f64,
@@ -65,7 +66,7 @@ pub fn layer(s: &Scenario) -> Result<(Vec<Row>, u64)> {
         .into_iter()
         .map(|t| Row {
             op: if t.input { "layer input" } else { t.made_by },
-            role: format!("saved by {}", t.saved_by.join(", ")),
+            role: t.saved_by.join(", "),
             dtype: Some(t.dtype),
             bytes: t.bytes,
             cat: t.cat,
@@ -76,7 +77,8 @@ pub fn layer(s: &Scenario) -> Result<(Vec<Row>, u64)> {
     Ok((rows, count[k]))
 }
 
-/// Every tensor the LM head and the loss allocate, forward then backward, in order.
+/// Every tensor of the logits the LM head and the loss allocate, forward then backward, in
+/// order (none under a fused loss, which never makes them whole).
 pub fn loss(s: &Scenario) -> Result<Vec<Row>> {
     let a = arch(s)?;
     let ctx = Ctx::new(s, a, true);
@@ -96,7 +98,8 @@ pub fn loss(s: &Scenario) -> Result<Vec<Row>> {
             .iter()
             .filter(|e| e.bytes > 0.0 && e.role != "workspace")
         {
-            if !matches!(e.cat, Cat::Logits | Cat::Temporaries) {
+            // The logits and what the loss makes of them (their gradients count as logits).
+            if e.cat != Cat::Logits {
                 continue;
             }
             let elems = e.dtype.map_or(0.0, |d| e.bytes / d.bytes());
@@ -225,7 +228,7 @@ mod tests {
         let l0 = &st.layers[0];
         let input = if l0.input_kept { 0.0 } else { l0.out_bytes };
         assert_eq!(kept + l0.out_bytes - input, l0.fwd.delta.total());
-        let up = rows.iter().find(|r| r.role.contains("down_proj")).unwrap();
+        let up = rows.iter().find(|r| r.role == "down_proj").unwrap();
         assert_eq!(up.shape.0, "b·s·i");
         assert_eq!(up.shape.1, "1 × 2,048 × 14,336");
         assert!(rows.iter().all(|r| r.bytes > 0.0));
