@@ -509,15 +509,26 @@ pub(crate) fn prepare_with(s: &Scenario, model: &Architecture, trace: bool) -> P
 pub(crate) fn worst_stage(s: &Scenario, pr: &Prepared) -> (f64, f64) {
     let pp = s.parallel.pp;
     let mut worst = (0.0f64, 0.0f64);
-    let mut stages = vec![0, 1, pp.saturating_sub(1)];
-    stages.dedup();
-    // Above the capacity less the CUDA context, a layout cannot fit.
+    // The first stage (most micro-batches in flight), the last (the head and the loss),
+    // then the second.
+    let mut stages = [0, pp.saturating_sub(1), 1];
+    if pp == 2 {
+        stages[2] = 0;
+    }
+    // Above the capacity less the CUDA context, a layout cannot fit: the first stage found
+    // above it decides (the planner only asks whether it fits).
     let cap = (s.capacity_bytes - CUDA_CONTEXT_BYTES.min(s.capacity_bytes)) as f64;
-    for r in stages.into_iter().filter(|&r| r < pp) {
+    for (i, &r) in stages.iter().enumerate() {
+        if r >= pp || stages[..i].contains(&r) {
+            continue;
+        }
         let st = rank_step(s, pr, r, None, cap, false);
         let peak = st.base.plus(st.prog.seg.peak).total();
         if peak > worst.0 {
             worst = (peak, st.host);
+        }
+        if peak > cap {
+            break;
         }
     }
     worst
@@ -935,7 +946,15 @@ fn rank_step(
     let m = par.grad_accum;
     let h = a.hidden as f64;
     // Pipeline stages: the tensor a chunk receives and sends.
-    let act = ctx.tsp * h * if ctx.autocast { 4.0 } else { ctx.c.bytes() };
+    // (Megatron holds its parameters and its residual stream in the compute dtype, autocast
+    // or not.)
+    let act = ctx.tsp
+        * h
+        * if ctx.autocast && !ctx.megatron {
+            4.0
+        } else {
+            ctx.c.bytes()
+        };
     if pp > 1 && !megatron {
         // torch.distributed.pipelining: one receive buffer per micro-batch for each chunk's
         // input (not the first virtual stage) and one for its output's gradient (not the
@@ -1446,8 +1465,11 @@ fn param_tensors(a: &Architecture) -> Vec<(u64, u64, u64)> {
     let pc = a.params();
     let moe_layers = (0..a.layers).filter(|&l| a.layer_kind(l).moe).count() as u64;
     let dense = a.layers - moe_layers;
+    let attn = (0..a.layers)
+        .filter(|&l| a.attn_type(l) != crate::arch::AttnType::Linear)
+        .count() as u64;
     for (_, l) in a.attention_linears() {
-        lin(a.layers, l);
+        lin(attn, l);
     }
     for (_, l) in a.mlp_linears(a.intermediate) {
         lin(dense, l);
@@ -1480,10 +1502,15 @@ fn param_tensors(a: &Architecture) -> Vec<(u64, u64, u64)> {
 fn lora_params(a: &Architecture, targets: &[String], r: u64) -> Vec<(u64, u64, u64)> {
     let mut v = Vec::new();
     let dense = (0..a.layers).filter(|&l| !a.layer_kind(l).moe).count() as u64;
+    // Linear-attention layers (gated DeltaNet) have no q/k/v/o projections for the targets
+    // to name: peft puts adapters only on the softmax-attention layers.
+    let attn = (0..a.layers)
+        .filter(|&l| a.attn_type(l) != crate::arch::AttnType::Linear)
+        .count() as u64;
     let mut mods = a
         .attention_linears()
         .into_iter()
-        .map(|(n, l)| (n, l, a.layers))
+        .map(|(n, l)| (n, l, attn))
         .collect::<Vec<_>>();
     mods.extend(
         a.mlp_linears(a.intermediate)

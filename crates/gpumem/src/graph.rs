@@ -1682,6 +1682,8 @@ impl<'c, 'a> Builder<'c, 'a> {
         let t = ctx.t;
         let h = a.hidden as f64;
         let ids = self.input(t, DType::F32, false);
+        // The token ids belong to the batch, which the caller holds through the step.
+        self.tape.keep(ids);
         let trainable = ctx.base_trainable();
         // Embedding weights keep the parameter dtype (embedding is not an autocast op).
         let ed = if ctx.autocast {
@@ -1968,7 +1970,10 @@ impl<'c, 'a> Builder<'c, 'a> {
                 let inc = (v / h).ceil().max(1.0);
                 let chunk = (t / inc).ceil().max(1.0).log2().ceil().exp2().min(t);
                 let trainable = ctx.base_trainable();
-                let loss = self.op_spec(
+                // grad_input, made in the forward pass and kept in the autograd context;
+                // the backward hands it back as the input's gradient (Liger returns it as is
+                // when the loss's gradient is one): no new allocation on the way back.
+                let grad_input = self.op_spec(
                     OpSpec {
                         name: "fused linear cross-entropy",
                         inputs: &[x],
@@ -1977,9 +1982,21 @@ impl<'c, 'a> Builder<'c, 'a> {
                         param_grads: a.vocab as f64 * h * ctx.g.bytes(),
                         fwd_temp: chunk * v * (ctx.c.bytes() + 8.0)
                             + a.vocab as f64 * h * ctx.g.bytes(),
+                        passthrough: true,
                         ..OpSpec::default()
                     },
                     ctx.c,
+                );
+                let loss = self.op_spec(
+                    OpSpec {
+                        name: "fused linear cross-entropy (loss)",
+                        inputs: &[grad_input],
+                        out_bytes: 4.0,
+                        saved: &[grad_input],
+                        grad_in_saved: true,
+                        ..OpSpec::default()
+                    },
+                    DType::F32,
                 );
                 self.tape.set_output(loss);
                 loss

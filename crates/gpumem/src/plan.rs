@@ -447,6 +447,7 @@ pub fn plan(req: &Request) -> Plan {
         scratch: s.clone(),
         prepared: Vec::new(),
         found: Vec::new(),
+        pc: a.params(),
     };
     let mut counts = Vec::new();
     let (mut considered, mut fitting) = (0, 0);
@@ -545,6 +546,8 @@ struct Sweep<'a> {
     /// whether a tied embedding is held as two parameters).
     prepared: Vec<(PrepKey, crate::estimate::Prepared)>,
     found: Vec<Found>,
+    /// The model's parameter counts, for the cost model (counted once).
+    pc: crate::arch::ParamCounts,
 }
 
 type PrepKey = (u64, u64, u64, Recompute, bool, bool, bool);
@@ -794,7 +797,7 @@ impl Sweep<'_> {
         if headroom < 0 {
             return false;
         }
-        let (_, _, step, _) = cost(self.s, self.a, &self.spec, self.req, &par, b, r);
+        let (_, _, step, _) = cost(self.s, self.a, &self.pc, &self.spec, self.req, &par, b, r);
         self.found.push(Found {
             par,
             batch: b,
@@ -853,6 +856,7 @@ impl Sweep<'_> {
         let (bubble, traffic, step, exposed) = cost(
             self.s,
             self.a,
+            &self.pc,
             &self.spec,
             self.req,
             par,
@@ -888,16 +892,17 @@ impl Sweep<'_> {
 }
 
 /// (bubble, traffic, step seconds, exposed communication seconds) of a layout.
+#[allow(clippy::too_many_arguments)]
 fn cost(
     s: &Scenario,
     a: &Architecture,
+    pc: &crate::arch::ParamCounts,
     spec: &gpu::Gpu,
     req: &Request,
     par: &Parallel,
     b: u64,
     r: Recompute,
 ) -> (f64, Traffic, f64, f64) {
-    let pc = a.params();
     let g = par.gpus() as f64;
     let tokens = (req.global_batch * s.seq) as f64;
     let l = a.layers as f64;

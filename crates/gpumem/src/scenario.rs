@@ -533,6 +533,15 @@ impl Scenario {
                 "LoRA and QLoRA are modelled under PyTorch (peft), not Megatron-LM: use framework \"fsdp\" or \"deepspeed\"".into(),
             );
         }
+        if self.mode == Mode::Train
+            && p.framework == Framework::Megatron
+            && self.loss == Loss::Fused
+        {
+            return Err(Error::new(
+                "loss",
+                "\"fused\" is Liger's kernel for Hugging Face models; Megatron-LM computes its own vocabulary-parallel cross-entropy (use \"standard\")",
+            ));
+        }
         if p.model_parallel() && p.framework == Framework::DeepSpeed {
             return err(
                 "framework",

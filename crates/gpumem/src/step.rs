@@ -185,7 +185,10 @@ impl Stretches {
         let logits_bytes = hb.tape.bytes(logits);
         let head = run(&hb, tape::Mode::Normal.or_nograd(mode));
         let mut lb = Builder::new(ctx);
+        // The loss stretch's input is what the head made: logits, or (fused loss) the
+        // final norm's output. Megatron's head always makes logits.
         let cat = match ctx.loss {
+            _ if ctx.megatron => Cat::Logits,
             crate::scenario::Loss::Standard => Cat::Logits,
             crate::scenario::Loss::Fused => Cat::Activations,
         };
@@ -1462,11 +1465,13 @@ impl<'a> FsdpPart<'a> {
             // A stage without the head: the root's pre-backward prefetches the top layer.
             p.then(prefetch(top, Phase::BwdLayer));
         }
-        let order: Vec<&LayerRun<'_>> = self.runs.iter().rev().collect();
+        let runs = self.runs.len();
         // Layers counted from the top, as the backward meets them.
         let mut from = 1;
-        for (k, r) in order.iter().enumerate() {
-            let next_g = match order.get(k + 1) {
+        for k in 0..runs {
+            // The runs from the top down.
+            let r = &self.runs[runs - 1 - k];
+            let next_g = match (k + 1 < runs).then(|| &self.runs[runs - 2 - k]) {
                 Some(n) => n.unit.gathered,
                 // Layer 0 prefetches the embedding's unit (torchtitan's wrapping); under the
                 // root wrap the embedding is gathered already.

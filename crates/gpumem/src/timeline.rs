@@ -50,7 +50,8 @@ impl OpPoint {
 #[derive(Clone, Debug, PartialEq)]
 pub struct OpTimeline {
     pub points: Vec<OpPoint>,
-    /// The highest point (the first, when several are as high).
+    /// The highest point (the first, when several are as high: within a billionth, what
+    /// summing the events one by one may differ from the estimate's composition).
     pub peak: usize,
     /// What stays allocated through the step (the model states the step does not free).
     pub resident: Bytes,
@@ -83,7 +84,7 @@ pub fn op_timeline(s: &Scenario) -> Result<OpTimeline> {
     let peak = u
         .points
         .iter()
-        .position(|p| p.total() >= max - max.abs() * 1e-12)
+        .position(|p| p.total() >= max - max.abs() * 1e-9)
         .unwrap_or(0);
     Ok(OpTimeline {
         points: u.points,

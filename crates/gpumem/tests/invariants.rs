@@ -285,3 +285,42 @@ fn fixed_layout_choices_are_honoured() {
         "parallel.gpus"
     );
 }
+
+/// Found by the 100,000-case run: Megatron-LM's stages send and receive their hidden states
+/// in the compute dtype even under autocast (its parameters and residual stream are bf16);
+/// they were counted in fp32, so the first stage freed more than it had made.
+#[test]
+fn megatron_first_stage_components_are_never_negative() {
+    let s = Scenario::from_value(&json!({
+        "batch": 1, "model": "qwen2.5-0.5b", "precision": "amp-bf16", "seq": 256,
+        "recompute": "none",
+        "parallel": {"framework": "megatron", "dp": 1, "tp": 2, "pp": 8, "sp": true,
+                     "grad_accum": 1, "zero": 0}
+    }))
+    .unwrap();
+    let e = gpumem::estimate(&s).unwrap();
+    for st in &e.stages {
+        assert!(st.peak_bytes <= e.peak_bytes, "stage {}", st.stage);
+    }
+}
+
+/// Known and not yet fixed (found by the 100,000-case run): under Megatron-LM with a
+/// two-stage pipeline, Adafactor and thousands of micro-batches per step (3,143 here; 100 is
+/// fine), the last stage's temporaries are below zero at the optimizer step's peak
+/// (−1.19 GB for Llama 3.2 1B), so the listed stage exceeds the estimate's peak. The total
+/// stays right; the attribution does not. `cargo test -- --ignored` shows it.
+#[test]
+#[ignore = "Megatron + Adafactor + very long pipelines: temporaries attributed below zero"]
+fn megatron_long_pipelines_keep_their_temporaries_non_negative() {
+    let s = Scenario::from_value(&json!({
+        "batch": 1, "model": "llama3.2-1b", "precision": "mixed-bf16", "seq": 256,
+        "optimizer": "adafactor", "recompute": "none",
+        "parallel": {"framework": "megatron", "dp": 1, "tp": 1, "pp": 2,
+                     "grad_accum": 3143, "zero": 0}
+    }))
+    .unwrap();
+    let e = gpumem::estimate(&s).unwrap();
+    for st in &e.stages {
+        assert!(st.peak_bytes <= e.peak_bytes, "stage {}", st.stage);
+    }
+}

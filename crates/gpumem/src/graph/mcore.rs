@@ -446,6 +446,8 @@ impl Builder<'_, '_> {
         let a = ctx.arch;
         let (t, c, h) = (ctx.t, ctx.c, a.hidden as f64);
         let ids = self.input(t, DType::F32, false);
+        // The token ids belong to the batch, which the caller holds through the step.
+        self.tape.keep(ids);
         let trainable = ctx.base_trainable();
         let rows = (a.vocab as f64 / ctx.tp).ceil();
         let mut e = self.op_spec(
