@@ -118,14 +118,23 @@ pub fn label(p: &OpPoint) -> String {
     s
 }
 
-/// Each part's bytes in a point, in stacking order (negative leftovers count as empty).
-fn stack(p: &OpPoint) -> [f64; 13] {
-    let mut v = [0.0; 13];
-    for c in gpumem::mem::Cat::ALL {
+/// Where each of the engine's categories stacks: its part's place in [`PARTS`].
+fn part_index() -> [usize; gpumem::mem::NCAT] {
+    gpumem::mem::Cat::ALL.map(|c| {
         let part = parts::of_component(c.key());
-        if let Some(i) = PARTS.iter().position(|x| x.key == part.key) {
-            v[i.min(12)] += p.live.get(c).max(0.0);
-        }
+        PARTS
+            .iter()
+            .position(|x| x.key == part.key)
+            .unwrap_or(0)
+            .min(12)
+    })
+}
+
+/// Each part's bytes in a point, in stacking order (negative leftovers count as empty).
+fn stack(p: &OpPoint, idx: &[usize; gpumem::mem::NCAT]) -> [f64; 13] {
+    let mut v = [0.0; 13];
+    for (c, &i) in idx.iter().enumerate() {
+        v[i] += p.live.0[c].max(0.0);
     }
     v
 }
@@ -192,16 +201,41 @@ fn steps(ys: &[f64], x0: f64, cw: f64, out: &mut Vec<(f64, f64)>) {
     }
 }
 
+/// `x` to a tenth of a pixel, written with integer formatting (thousands of coordinates are
+/// written on every redraw).
+fn coord(out: &mut String, x: f64) {
+    let t = (x * 10.0).round() as i64;
+    if t < 0 {
+        out.push('-');
+    }
+    let t = t.unsigned_abs();
+    let _ = write!(out, "{}", t / 10);
+    if !t.is_multiple_of(10) {
+        out.push('.');
+        out.push((b'0' + (t % 10) as u8) as char);
+    }
+}
+
+/// ` name="value"` for each, the values as [`coord`] writes them.
+fn attrs(out: &mut String, list: &[(&str, f64)]) {
+    for (name, v) in list {
+        out.push(' ');
+        out.push_str(name);
+        out.push_str("=\"");
+        coord(out, *v);
+        out.push('"');
+    }
+}
+
 /// The stacked areas of `pts` (x from `x0`, `cw` wide each), one polygon per part, as SVG.
-fn areas(out: &mut String, pts: &[&OpPoint], x0: f64, cw: f64, y: &dyn Fn(f64) -> f64) {
-    let stacks: Vec<[f64; 13]> = pts.iter().map(|p| stack(p)).collect();
-    let mut below = vec![0.0; pts.len()];
+fn areas(out: &mut String, stacks: &[[f64; 13]], x0: f64, cw: f64, y: &dyn Fn(f64) -> f64) {
+    let mut below = vec![0.0; stacks.len()];
     for (i, part) in PARTS.iter().enumerate() {
         if !stacks.iter().any(|s| s[i] > 0.0) {
             continue;
         }
         let lo: Vec<f64> = below.iter().map(|&b| y(b)).collect();
-        for (b, s) in below.iter_mut().zip(&stacks) {
+        for (b, s) in below.iter_mut().zip(stacks) {
             *b += s[i];
         }
         let hi: Vec<f64> = below.iter().map(|&b| y(b)).collect();
@@ -212,7 +246,10 @@ fn areas(out: &mut String, pts: &[&OpPoint], x0: f64, cw: f64, y: &dyn Fn(f64) -
         pts.extend(back.into_iter().rev());
         let _ = write!(out, r#"<polygon class="gm-f-{}" points=""#, part.key);
         for (x, y) in pts {
-            let _ = write!(out, "{},{} ", n(x), n(y));
+            coord(out, x);
+            out.push(',');
+            coord(out, y);
+            out.push(' ');
         }
         let _ = write!(out, r#""><title>{}</title></polygon>"#, part.label);
     }
@@ -351,17 +388,18 @@ pub fn Timeline(init: &Init) -> Html {
     let cw = (w - l - r) / cols.len() as f64;
     let peak_col = cols.iter().position(|&i| i == t.peak).unwrap_or(0);
     let px = l + cw * (peak_col as f64 + 0.5);
-    let col_pts: Vec<&OpPoint> = cols.iter().map(|&i| &t.points[i]).collect();
+    let idx = part_index();
+    let stacks: Vec<[f64; 13]> = cols.iter().map(|&i| stack(&t.points[i], &idx)).collect();
     let legend: Vec<&'static str> = PARTS
         .iter()
         .enumerate()
-        .filter(|(q, _)| col_pts.iter().any(|p| stack(p)[*q] > 0.0))
+        .filter(|(q, _)| stacks.iter().any(|s| s[*q] > 0.0))
         .map(|(_, p)| p.key)
         .collect();
     // The whole step.
     let mut svg = String::with_capacity(32 << 10);
     grid(&mut svg, &tk, l, w - r, &y);
-    areas(&mut svg, &col_pts, l, cw, &y);
+    areas(&mut svg, &stacks, l, cw, &y);
     if cap <= ymax * 1.05 {
         let yc = n(y(cap));
         let _ = write!(
@@ -422,13 +460,19 @@ pub fn Timeline(init: &Init) -> Html {
     }
     svg.push_str(r#"<g class="gm-hits">"#);
     for (c, &i) in cols.iter().enumerate() {
+        svg.push_str(r#"<rect class="gm-hit""#);
+        attrs(
+            &mut svg,
+            &[
+                ("x", l + cw * c as f64),
+                ("y", TOP),
+                ("width", cw),
+                ("height", BOTTOM - TOP),
+            ],
+        );
         let _ = write!(
             svg,
-            r#"<rect class="gm-hit" x="{}" y="{}" width="{}" height="{}" tabindex="{}" data-i="{c}" data-p="{i}"><title>{}</title></rect>"#,
-            n(l + cw * c as f64),
-            n(TOP),
-            n(cw),
-            n(BOTTOM - TOP),
+            r#" tabindex="{}" data-i="{c}" data-p="{i}"><title>{}</title></rect>"#,
             if c == peak_col { 0 } else { -1 },
             esc(&label(&t.points[i]))
         );
@@ -469,33 +513,38 @@ pub fn Timeline(init: &Init) -> Html {
             if i == t.peak { " gm-peak-op" } else { "" },
             if i == t.peak { 0 } else { -1 }
         );
-        let s = stack(p);
+        let s = stack(p, &idx);
         let x = l + dw * j as f64;
         let mut below = 0.0;
         for (q, part) in PARTS.iter().enumerate() {
             let hi = below + s[q];
             if s[q] > 0.0 && hi > floor {
                 let (ya, yb) = (dy(hi), dy(below.max(floor)));
-                let _ = write!(
-                    detail,
-                    r#"<rect class="gm-f-{}" x="{}" y="{}" width="{}" height="{}"></rect>"#,
-                    part.key,
-                    n(x + 0.5),
-                    n(ya),
-                    n((dw - 1.0).max(0.5)),
-                    n((yb - ya).max(0.0))
+                let _ = write!(detail, r#"<rect class="gm-f-{}""#, part.key);
+                attrs(
+                    &mut detail,
+                    &[
+                        ("x", x + 0.5),
+                        ("y", ya),
+                        ("width", (dw - 1.0).max(0.5)),
+                        ("height", (yb - ya).max(0.0)),
+                    ],
                 );
+                detail.push_str("></rect>");
             }
             below = hi;
         }
-        let _ = write!(
-            detail,
-            r#"<rect class="gm-hit" x="{}" y="{}" width="{}" height="{}" data-p="{i}"></rect></g>"#,
-            n(x),
-            n(DTOP),
-            n(dw),
-            n(DBOTTOM - DTOP)
+        detail.push_str(r#"<rect class="gm-hit""#);
+        attrs(
+            &mut detail,
+            &[
+                ("x", x),
+                ("y", DTOP),
+                ("width", dw),
+                ("height", DBOTTOM - DTOP),
+            ],
         );
+        let _ = write!(detail, r#" data-p="{i}"></rect></g>"#);
     }
     let dpx = l + dw * ((t.peak - a) as f64 + 0.5);
     let what = if peak.at.what.is_empty() {
