@@ -404,3 +404,62 @@ fn parallelism_shows_every_stage_and_the_planner_table() {
     assert!(html.contains(r#"role="radiogroup""#));
     assert!(html.contains(r#"role="img""#) && html.contains(r#"aria-live="polite""#));
 }
+
+#[test]
+fn the_teaching_widgets_render_their_engine_figures_before_any_script() {
+    let over = &[
+        ("model", "llama3.1-8b"),
+        ("batch", "4"),
+        ("seq", "2k"),
+        ("precision", "bf16"),
+    ];
+    // Remedies: every applicable one with its changes on a Use button, best first.
+    let html = render(&init("remedies", over, &[])).unwrap();
+    let e = est(over);
+    assert!(html.contains(&format!("It does not fit: {}", gib(e.device_bytes as f64))));
+    let full = est(&[
+        ("model", "llama3.1-8b"),
+        ("batch", "4"),
+        ("seq", "2k"),
+        ("precision", "bf16"),
+        ("recompute", "full"),
+    ]);
+    assert!(html.contains(&format!(
+        "saves {}",
+        gib(e.device_bytes as f64 - full.device_bytes as f64)
+    )));
+    assert!(html.contains(r#"data-with="recompute=full""#), "{html}");
+    assert!(html.contains("expandable_segments:True") && html.contains("memory_summary()"));
+    // An exercise: the question and the field; the answer only inside the closed solution.
+    let html = render(&init(
+        "exercise",
+        over,
+        &[
+            ("ask", "peak"),
+            ("question", "What <b>is</b> the peak?"),
+            ("solution", "peak"),
+        ],
+    ))
+    .unwrap();
+    assert!(
+        html.contains("What &lt;b&gt;is&lt;/b&gt; the peak?"),
+        "markup is text: {html}"
+    );
+    let solution = html.find("<details").unwrap();
+    let answer = html
+        .find(&format!("Answer: {}.", gib(e.peak_bytes as f64)))
+        .unwrap();
+    assert!(answer > solution && !html.contains("<details open"));
+    assert!(html.contains(r#"aria-live="polite""#));
+    // A waterfall and a ledger.
+    let html = render(&init("diff", over, &[("with", "recompute=full")])).unwrap();
+    assert!(html.contains(&format!(
+        r#"data-from="{}" data-to="{}""#,
+        e.peak_bytes, full.peak_bytes
+    )));
+    let html = render(&init("ledger", over, &[("of", "layer")])).unwrap();
+    assert!(
+        html.contains("down_proj") && html.contains("b·s·i<br>4 × 2,048 × 14,336"),
+        "{html}"
+    );
+}
