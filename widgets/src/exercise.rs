@@ -83,18 +83,17 @@ pub fn answer(
             let last = first.0 - 1;
             let at = |v: u64| kk.with("seq", v.to_string()).estimate().ok();
             if let (Some(a), Some(b)) = (at(last), at(first.0)) {
+                let cap = a.capacity_bytes as f64;
                 steps.push(format!(
-                    "At s = {}: M_device = {} of {} on {} — it fits.",
+                    "At s = {}: the step {}: it fits.",
                     count(last),
-                    gib(a.device_bytes as f64),
-                    gib(a.capacity_bytes as f64),
-                    a.gpu
+                    crate::sweep::needs(a.device_bytes as f64, cap, &a.gpu)
                 ));
                 steps.push(format!(
-                    "At s = {}: M_device = {} — {} over.",
+                    "At s = {}: it {}, {} over: it does not.",
                     count(first.0),
-                    gib(b.device_bytes as f64),
-                    gib(b.device_bytes as f64 - b.capacity_bytes as f64)
+                    crate::sweep::needs(b.device_bytes as f64, cap, &b.gpu),
+                    crate::format::delta(b.device_bytes as f64 - cap)
                 ));
             }
             (last as f64, Unit::Tokens)

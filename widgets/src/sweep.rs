@@ -116,7 +116,7 @@ pub fn first_over(k: &Knobs, knob: &str, fits: u64, over: Column) -> Column {
 
 /// "needs 79.21 GiB of 79.18 GiB on H100-80GB": as many decimals as it takes to tell the two
 /// apart (up to three).
-fn needs(total: f64, cap: f64, gpu: &str) -> String {
+pub fn needs(total: f64, cap: f64, gpu: &str) -> String {
     let g = 1073741824.0;
     let d = (1..=3)
         .find(|&d| gpumem::num::fixed(total / g, d) != gpumem::num::fixed(cap / g, d))
