@@ -245,8 +245,9 @@ pub fn use_live_marker() -> NodeRef {
     root
 }
 
-#[component]
-pub fn Allocator(init: &Init) -> Html {
+/// The allocator widget, as a hook of the one widget component ([`crate::Widget`]).
+#[hook]
+pub fn use_allocator(init: &Init) -> Html {
     let (k, set) = use_knobs(init);
     let root = use_live_marker();
     let uid = &init.uid;

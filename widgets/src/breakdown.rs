@@ -130,8 +130,9 @@ pub fn why(key: &str, s: &Scenario, e: &Estimate) -> String {
 
 const TOP: f64 = 16.0;
 
-#[component]
-pub fn Breakdown(init: &Init) -> Html {
+/// The breakdown widget, as a hook of the one widget component ([`crate::Widget`]).
+#[hook]
+pub fn use_breakdown(init: &Init) -> Html {
     let (k, set) = use_knobs(init);
     let root = use_live_marker();
     let (svg_ref, w) = use_width();

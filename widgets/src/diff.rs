@@ -101,8 +101,9 @@ pub fn waterfall(a: &Knobs, b: &Knobs) -> Result<Waterfall, String> {
     })
 }
 
-#[component]
-pub fn Diff(init: &Init) -> Html {
+/// The diff widget, as a hook of the one widget component ([`crate::Widget`]).
+#[hook]
+pub fn use_diff(init: &Init) -> Html {
     let (k, _) = use_knobs(init);
     let root = use_live_marker();
     let uid = &init.uid;

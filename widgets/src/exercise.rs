@@ -225,8 +225,9 @@ pub fn verdict(a: &Answer, guess: f64, tolerance: f64) -> (bool, String) {
     }
 }
 
-#[component]
-pub fn Exercise(init: &Init) -> Html {
+/// The exercise widget, as a hook of the one widget component ([`crate::Widget`]).
+#[hook]
+pub fn use_exercise(init: &Init) -> Html {
     let (k, _) = use_knobs(init);
     let root = use_live_marker();
     let input = use_node_ref();

@@ -20,8 +20,9 @@ fn mib(b: f64) -> String {
     }
 }
 
-#[component]
-pub fn Ledger(init: &Init) -> Html {
+/// The ledger widget, as a hook of the one widget component ([`crate::Widget`]).
+#[hook]
+pub fn use_ledger(init: &Init) -> Html {
     let (k, _) = use_knobs(init);
     let root = use_live_marker();
     let uid = &init.uid;

@@ -229,38 +229,61 @@ pub const INLINE: &[&str] = &["value"];
 /// The attribute of a host element that carries its [`Init`] as JSON.
 pub const HOST_ATTR: &str = "data-gpumem";
 
+/// Every widget is this one component: the widget `init` names, its hooks run as hooks of
+/// this component (a host's widget never changes, so each host runs the same hooks in the
+/// same order at every render). One component type instead of one per widget keeps Yew's
+/// per-component code (creation, hydration, scheduling) in the wasm once.
+#[yew::component]
+pub fn Widget(init: &Init) -> yew::Html {
+    use_widget(init)
+}
+
+/// The widget `init` names, run as a hook of [`Widget`].
+fn use_widget(init: &Init) -> WidgetHook<'_> {
+    WidgetHook(init)
+}
+
+struct WidgetHook<'a>(&'a Init);
+
+impl yew::functional::Hook for WidgetHook<'_> {
+    type Output = yew::Html;
+
+    fn run(self, ctx: &mut yew::functional::HookContext) -> yew::Html {
+        let i = self.0;
+        match i.widget.as_str() {
+            "allocator" => allocator::use_allocator(i).run(ctx),
+            "breakdown" => breakdown::use_breakdown(i).run(ctx),
+            "timeline" => timeline::use_timeline(i).run(ctx),
+            "sweep" => sweep::use_sweep(i).run(ctx),
+            "value" => value::use_value(i).run(ctx),
+            "formula" => formula::use_formula(i).run(ctx),
+            "zero" => zero::use_zero(i).run(ctx),
+            "precision" => precision::use_precision(i).run(ctx),
+            "parallelism" => parallelism::use_parallelism(i).run(ctx),
+            "diff" => diff::use_diff(i).run(ctx),
+            "exercise" => exercise::use_exercise(i).run(ctx),
+            "ledger" => ledger::use_ledger(i).run(ctx),
+            "remedies" => remedies::use_remedies(i).run(ctx),
+            _ => yew::Html::default(),
+        }
+    }
+}
+
 /// Render a widget to HTML (the book build). The HTML hydrates in the browser.
 #[cfg(not(target_arch = "wasm32"))]
 pub fn render(init: &Init) -> Result<String, String> {
-    fn ssr<C: yew::BaseComponent<Properties = Init>>(init: &Init) -> String {
-        futures::executor::block_on(
-            yew::LocalServerRenderer::<C>::with_props(init.clone())
-                .hydratable(true)
-                .render(),
-        )
+    if !RENDERED.contains(&init.widget.as_str()) {
+        return Err(format!(
+            "the {} widget is not built yet (built: {})",
+            init.widget,
+            RENDERED.join(", ")
+        ));
     }
-    let html = match init.widget.as_str() {
-        "allocator" => ssr::<allocator::Allocator>(init),
-        "breakdown" => ssr::<breakdown::Breakdown>(init),
-        "timeline" => ssr::<timeline::Timeline>(init),
-        "sweep" => ssr::<sweep::Sweep>(init),
-        "value" => ssr::<value::Value>(init),
-        "formula" => ssr::<formula::Formula>(init),
-        "zero" => ssr::<zero::Zero>(init),
-        "precision" => ssr::<precision::PrecisionPanel>(init),
-        "parallelism" => ssr::<parallelism::Parallelism>(init),
-        "diff" => ssr::<diff::Diff>(init),
-        "exercise" => ssr::<exercise::Exercise>(init),
-        "ledger" => ssr::<ledger::Ledger>(init),
-        "remedies" => ssr::<remedies::Remedies>(init),
-        other => {
-            return Err(format!(
-                "the {other} widget is not built yet (built: {})",
-                RENDERED.join(", ")
-            ))
-        }
-    };
-    Ok(html)
+    Ok(futures::executor::block_on(
+        yew::LocalServerRenderer::<Widget>::with_props(init.clone())
+            .hydratable(true)
+            .render(),
+    ))
 }
 
 /// The host element the book build writes: the widget's pre-rendered HTML inside an element
@@ -314,24 +337,8 @@ pub fn start() {
         store::url::read(&d.page, &d.knobs);
     }
     for (el, init) in widgets {
-        fn hydrate<C: yew::BaseComponent<Properties = Init>>(el: web_sys::Element, init: Init) {
-            yew::Renderer::<C>::with_root_and_props(el, init).hydrate();
-        }
-        match init.widget.as_str() {
-            "allocator" => hydrate::<allocator::Allocator>(el, init),
-            "breakdown" => hydrate::<breakdown::Breakdown>(el, init),
-            "timeline" => hydrate::<timeline::Timeline>(el, init),
-            "sweep" => hydrate::<sweep::Sweep>(el, init),
-            "value" => hydrate::<value::Value>(el, init),
-            "formula" => hydrate::<formula::Formula>(el, init),
-            "zero" => hydrate::<zero::Zero>(el, init),
-            "precision" => hydrate::<precision::PrecisionPanel>(el, init),
-            "parallelism" => hydrate::<parallelism::Parallelism>(el, init),
-            "diff" => hydrate::<diff::Diff>(el, init),
-            "exercise" => hydrate::<exercise::Exercise>(el, init),
-            "ledger" => hydrate::<ledger::Ledger>(el, init),
-            "remedies" => hydrate::<remedies::Remedies>(el, init),
-            _ => continue,
+        if RENDERED.contains(&init.widget.as_str()) {
+            yew::Renderer::<Widget>::with_root_and_props(el, init).hydrate();
         }
     }
 }

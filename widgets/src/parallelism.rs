@@ -265,8 +265,9 @@ fn stage_chart(e: &Estimate, w: f64) -> Html {
     }
 }
 
-#[component]
-pub fn Parallelism(init: &Init) -> Html {
+/// The parallelism widget, as a hook of the one widget component ([`crate::Widget`]).
+#[hook]
+pub fn use_parallelism(init: &Init) -> Html {
     let (k, set) = use_knobs(init);
     let root = use_live_marker();
     let (svg_ref, w) = use_width();

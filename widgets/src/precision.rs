@@ -168,8 +168,9 @@ fn bytes_per(d: Option<DType>) -> String {
     }
 }
 
-#[component]
-pub fn PrecisionPanel(init: &Init) -> Html {
+/// The precision widget, as a hook of the one widget component ([`crate::Widget`]).
+#[hook]
+pub fn use_precision(init: &Init) -> Html {
     let (k, set) = use_knobs(init);
     let root = use_live_marker();
     let uid = &init.uid;

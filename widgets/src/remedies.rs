@@ -189,8 +189,9 @@ fn button_use(out: &mut String, with: &str, what: &str) {
     );
 }
 
-#[component]
-pub fn Remedies(init: &Init) -> Html {
+/// The remedies widget, as a hook of the one widget component ([`crate::Widget`]).
+#[hook]
+pub fn use_remedies(init: &Init) -> Html {
     let (k, set) = use_knobs(init);
     let root = use_live_marker();
     let plan = use_state(|| None::<(Knobs, Result<(u64, Knobs), String>)>);

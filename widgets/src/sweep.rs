@@ -189,8 +189,9 @@ fn lin_ticks(lo: u64, hi: u64, max: usize, tokens: bool) -> Vec<u64> {
         .collect()
 }
 
-#[component]
-pub fn Sweep(init: &Init) -> Html {
+/// The sweep widget, as a hook of the one widget component ([`crate::Widget`]).
+#[hook]
+pub fn use_sweep(init: &Init) -> Html {
     let (k, set) = use_knobs(init);
     let root = use_live_marker();
     let (svg_ref, w) = use_width();

@@ -323,8 +323,9 @@ fn point_of(t: Option<web_sys::EventTarget>) -> Option<usize> {
         .ok()
 }
 
-#[component]
-pub fn Timeline(init: &Init) -> Html {
+/// The timeline widget, as a hook of the one widget component ([`crate::Widget`]).
+#[hook]
+pub fn use_timeline(init: &Init) -> Html {
     let (k, _) = use_knobs(init);
     let root = use_live_marker();
     let (svg_ref, w) = use_width();

@@ -99,8 +99,9 @@ fn stage_name(s: u8) -> &'static str {
     ["no ZeRO", "ZeRO-1", "ZeRO-2", "ZeRO-3"][s.min(3) as usize]
 }
 
-#[component]
-pub fn Zero(init: &Init) -> Html {
+/// The zero widget, as a hook of the one widget component ([`crate::Widget`]).
+#[hook]
+pub fn use_zero(init: &Init) -> Html {
     let (k, set) = use_knobs(init);
     let root = use_live_marker();
     let (svg_ref, w) = use_width();
