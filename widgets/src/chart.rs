@@ -17,7 +17,7 @@ pub const MAX_WIDTH: f64 = 900.0;
 pub fn ticks_n(max_bytes: f64, n: f64) -> Vec<f64> {
     let max = (max_bytes / GIB).max(1e-3);
     let raw = max / n.max(1.0);
-    let mag = 10f64.powf(raw.log10().floor());
+    let mag = 10f64.powi(raw.log10().floor() as i32);
     let step = [1.0, 2.0, 2.5, 5.0, 10.0]
         .iter()
         .map(|m| m * mag)

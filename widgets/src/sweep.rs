@@ -154,7 +154,7 @@ pub fn linear_end(k: &Knobs, knob: &str, from: u64, to: u64, limit: f64) -> u64 
         1.0
     };
     let end = hi as f64 * 1.1 / unit;
-    let mag = 10f64.powf(end.log10().floor());
+    let mag = 10f64.powi(end.log10().floor() as i32);
     let round = [1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0]
         .iter()
         .map(|m| m * mag)
@@ -174,7 +174,7 @@ fn lin_ticks(lo: u64, hi: u64, max: usize, tokens: bool) -> Vec<u64> {
         }
         s
     } else {
-        let mag = 10f64.powf(span.log10().floor());
+        let mag = 10f64.powi(span.log10().floor() as i32);
         [1.0, 2.0, 5.0, 10.0]
             .iter()
             .map(|m| m * mag)

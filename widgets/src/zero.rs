@@ -169,9 +169,11 @@ pub fn use_zero(init: &Init) -> Html {
         let set_params = set_params.clone();
         Callback::from(move |i: i64| {
             let f = i.clamp(0, STEPS) as f64 / STEPS as f64;
-            let p = 10f64.powf(lo.log10() + f * (hi.log10() - lo.log10()));
+            // 10^x as 2^(x·log2 10): no general power function in the wasm.
+            let p =
+                ((lo.log10() + f * (hi.log10() - lo.log10())) * std::f64::consts::LOG2_10).exp2();
             // Round to two significant figures: sliders read as sizes, not noise.
-            let mag = 10f64.powf(p.log10().floor() - 1.0);
+            let mag = 10f64.powi(p.log10().floor() as i32 - 1);
             set_params.emit((p / mag).round() * mag);
         })
     };
