@@ -230,7 +230,7 @@ pub fn use_knobs(init: &Init) -> (Knobs, Callback<Knobs>) {
 }
 
 /// A node ref for a widget's root that gets `data-live` once the widget runs in the browser
-/// (hydrated and listening); tests and readers' scripts can wait for it.
+/// (rendered live and listening); tests and readers' scripts can wait for it.
 #[hook]
 pub fn use_live_marker() -> NodeRef {
     let root = use_node_ref();

@@ -7,7 +7,7 @@
 //! `FILE:LINE`.
 //!
 //! [`preprocess`] turns each directive into its widget's pre-rendered HTML (Yew SSR, the same
-//! components the browser hydrates); [`GpumemPreprocessor`] binds that to mdBook, in-process
+//! components the browser renders again, live); [`GpumemPreprocessor`] binds that to mdBook, in-process
 //! (the site builder) or as the `mdbook-gpumem` command.
 
 use std::fmt;
