@@ -7,7 +7,7 @@ use std::rc::Rc;
 use gpumem::{gpu, presets};
 use yew::prelude::*;
 
-use crate::controls::{CountSlider, RadioGroup, Select, Slider};
+use crate::controls::{count_slider, radio_group, select, slider};
 use crate::format::{gib, params, pct, tokens, Sum};
 use crate::parts::{self, Slice};
 use crate::{store, Init, Knobs};
@@ -433,16 +433,14 @@ pub fn use_allocator(init: &Init) -> Html {
             </figcaption>
             { body }
             <div class="gm-controls">
-                <Slider id={format!("{uid}-model")} label="Model" min={0} max={rungs.len().saturating_sub(1) as i64}
-                    value={model_at as i64} valuetext={model_text} on_change={on_model} />
-                <CountSlider id={format!("{uid}-batch")} label="Batch" min={batch_min} max={batch_max}
-                    value={batch} valuetext={batch.to_string()} on_change={on_batch} />
-                <Slider id={format!("{uid}-seq")} label="Sequence" min={0} max={steps.len().saturating_sub(1) as i64}
-                    value={seq_at as i64} valuetext={format!("{} tokens", tokens(seq))} on_change={on_seq} />
-                <RadioGroup id={format!("{uid}-precision")} label="Precision" options={pills}
-                    selected={precision} on_change={on_precision} />
-                <Select id={format!("{uid}-gpu")} label="GPU" options={gpus} selected={selected_gpu}
-                    on_change={on_gpu} />
+                { slider(format!("{uid}-model"), "Model", (0, rungs.len().saturating_sub(1) as i64),
+                    model_at as i64, model_text, on_model) }
+                { count_slider(format!("{uid}-batch"), "Batch", (batch_min, batch_max),
+                    batch, batch.to_string(), on_batch) }
+                { slider(format!("{uid}-seq"), "Sequence", (0, steps.len().saturating_sub(1) as i64),
+                    seq_at as i64, format!("{} tokens", tokens(seq)), on_seq) }
+                { radio_group(format!("{uid}-precision"), "Precision", pills, precision, on_precision) }
+                { select(format!("{uid}-gpu"), "GPU", gpus, selected_gpu, on_gpu) }
             </div>
         </figure>
     }

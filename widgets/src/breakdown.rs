@@ -8,9 +8,9 @@ use gpumem::{Estimate, Scenario};
 use yew::prelude::*;
 
 use crate::allocator::{use_checked_set, use_knobs, use_live_marker};
-use crate::chart::{fit, n, refused, settings, tick_label, ticks, use_width, Toolbar};
+use crate::chart::{fit, n, refused, settings, tick_label, ticks, use_toolbar, use_width};
 use crate::format::{params, tokens, wrap, Sum};
-use crate::levers::Levers;
+use crate::levers::levers;
 use crate::parts;
 use crate::quantity::quantized;
 use crate::Init;
@@ -139,6 +139,7 @@ pub fn use_breakdown(init: &Init) -> Html {
     let (try_set, refused_msg) = use_checked_set(set);
     let uid = &init.uid;
     let (title_id, summary_id) = (format!("{uid}-title"), format!("{uid}-summary"));
+    let toolbar = use_toolbar(format!("gpumem-breakdown-{}", init.uid), settings(&k));
     let got = k.scenario().and_then(|s| k.estimate().map(|e| (s, e)));
     let (s, e) = match got {
         Ok(x) => x,
@@ -293,7 +294,7 @@ pub fn use_breakdown(init: &Init) -> Html {
                 <span class="gm-sub">{ format!("{} · b={} · s={} · {}{}", e.model, s.batch, tokens(s.seq), s.precision.name,
                     match &s.finetune { Finetune::Lora(l) => format!(" · {} rank {}", if l.quantized { "QLoRA" } else { "LoRA" }, l.rank), Finetune::Full => String::new() }) }</span>
             </figcaption>
-            <Levers init={init.clone()} knobs={k.clone()} on_change={try_set} />
+            { levers(init, &k, &try_set) }
             if let Some(msg) = &refused_msg {
                 <p class="gm-error" role="alert">{ format!("Not applied: {msg}") }</p>
             }
@@ -307,7 +308,7 @@ pub fn use_breakdown(init: &Init) -> Html {
                 </text>
             </svg>
             <p class="gm-sr" id={summary_id} aria-live="polite">{ summary }</p>
-            <Toolbar name={format!("gpumem-breakdown-{uid}")} settings={settings(&k)} />
+            { toolbar }
         </figure>
     }
 }

@@ -138,15 +138,6 @@ pub fn settings(k: &crate::Knobs) -> String {
         .join(" · ")
 }
 
-#[derive(Properties, PartialEq)]
-pub struct ToolbarProps {
-    /// The widget's uid: the file names of exports derive from it.
-    pub name: AttrValue,
-    /// The scenario, written into exported files.
-    #[prop_or_default]
-    pub settings: AttrValue,
-}
-
 /// What the toolbar says after an action, and a link to show when it could not be copied.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Status {
@@ -155,13 +146,16 @@ pub struct Status {
 }
 
 /// Copy a permalink to this view; save the chart as SVG or PNG. Hidden until the widget is
-/// live (the buttons need the script).
-#[component]
-pub fn Toolbar(p: &ToolbarProps) -> Html {
+/// live (the buttons need the script). `name` is the widget's file name for exports (from its
+/// uid), `settings` the scenario written into exported files. A hook rather than a component
+/// (Yew's code for a component type is not in the wasm for it): call it with the widget's
+/// other hooks.
+#[hook]
+pub fn use_toolbar(name: String, settings: String) -> Html {
     let status = use_state(Status::default);
     let act = |what: &'static str| {
         let status = status.clone();
-        let (name, settings) = (p.name.to_string(), p.settings.to_string());
+        let (name, settings) = (name.clone(), settings.clone());
         Callback::from(move |e: MouseEvent| {
             let s = status.setter();
             let report = Callback::from(move |st: Status| s.set(st));

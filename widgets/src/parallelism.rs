@@ -15,8 +15,8 @@ use web_sys::{HtmlInputElement, HtmlTextAreaElement};
 use yew::prelude::*;
 
 use crate::allocator::{legend, precision_label, use_checked_set, use_knobs, use_live_marker};
-use crate::chart::{grid, n, settings, ticks, use_width, Toolbar};
-use crate::controls::{RadioGroup, Select};
+use crate::chart::{grid, n, settings, ticks, use_toolbar, use_width};
+use crate::controls::{radio_group, select};
 use crate::format::{gib, params, tokens, Sum};
 use crate::parts::{self, Slice};
 use crate::{Init, Knobs};
@@ -153,33 +153,21 @@ fn secs(x: f64) -> String {
     }
 }
 
-/// A labelled whole-number input.
-#[derive(Properties, PartialEq)]
-struct NumProps {
-    id: AttrValue,
-    label: AttrValue,
-    value: u64,
-    on_change: Callback<u64>,
-}
-
-/// Applied when the reader commits the number (Enter, leaving the field, the spinner's
-/// arrows), not on every key: "16" is typed as 1 then 6, and 1 is a layout of its own.
-#[component]
-fn Num(p: &NumProps) -> Html {
-    let onchange = {
-        let cb = p.on_change.clone();
-        Callback::from(move |e: Event| {
-            let el: HtmlInputElement = e.target_unchecked_into();
-            if let Ok(v) = el.value().trim().parse::<u64>() {
-                cb.emit(v);
-            }
-        })
-    };
+/// A labelled whole-number input, applied when the reader commits the number (Enter,
+/// leaving the field, the spinner's arrows), not on every key: "16" is typed as 1 then 6, and
+/// 1 is a layout of its own.
+fn num(id: String, label: &'static str, value: u64, on_change: Callback<u64>) -> Html {
+    let onchange = Callback::from(move |e: Event| {
+        let el: HtmlInputElement = e.target_unchecked_into();
+        if let Ok(v) = el.value().trim().parse::<u64>() {
+            on_change.emit(v);
+        }
+    });
     html! {
         <div class="gm-control gm-num-input">
-            <label for={p.id.clone()}>{ p.label.clone() }</label>
-            <input type="number" id={p.id.clone()} min="1" step="1" inputmode="numeric"
-                value={p.value.to_string()} {onchange} />
+            <label for={id.clone()}>{ label }</label>
+            <input type="number" id={id} min="1" step="1" inputmode="numeric"
+                value={value.to_string()} {onchange} />
         </div>
     }
 }
@@ -275,6 +263,7 @@ pub fn use_parallelism(init: &Init) -> Html {
     let uid = &init.uid;
     let (title_id, summary_id) = (format!("{uid}-title"), format!("{uid}-summary"));
     let (try_set, refused) = use_checked_set(set.clone());
+    let toolbar = use_toolbar(format!("gpumem-parallelism-{}", init.uid), settings(&k));
     let got = k.scenario().and_then(|s| k.estimate().map(|e| (s, e)));
     let (s, e) = match got {
         Ok(x) => x,
@@ -343,7 +332,13 @@ pub fn use_parallelism(init: &Init) -> Html {
                         let f = *f;
                         Callback::from(move |v: u64| try_set.emit(with_field(&k, &a, f, v)))
                     };
-                    html! { <Num key={*f} id={format!("{uid}-{f}")} label={*label} value={field_value(a, f)} {on_change} /> }
+                    let mut field = num(format!("{uid}-{f}"), label, field_value(a, f), on_change);
+                    // Keyed: a field that comes or goes (a mixture of experts' two) leaves
+                    // the others, their text and focus, alone.
+                    if let Html::VTag(t) = &mut field {
+                        Rc::make_mut(t).key = Some((*f).into());
+                    }
+                    field
                 })
                 .collect()
         })
@@ -522,7 +517,7 @@ pub fn use_parallelism(init: &Init) -> Html {
             <div class="gm-panels">
                 <fieldset class="gm-panel">
                     <legend>{ "Model" }</legend>
-                    <Select id={format!("{uid}-model")} label="Preset" options={models} selected={model_sel} on_change={on_model} />
+                    { select(format!("{uid}-model"), "Preset", models, model_sel, on_model) }
                     // In a box of their own: fields that come and go (a mixture of experts'
                     // have two more) leave the paste box below, its text and focus, alone.
                     <div class="gm-fields">{ fields }</div>
@@ -535,30 +530,23 @@ pub fn use_parallelism(init: &Init) -> Html {
                 </fieldset>
                 <fieldset class="gm-panel">
                     <legend>{ "Training" }</legend>
-                    <Num id={format!("{uid}-batch")} label="Micro-batch" value={s.batch} on_change={knob("batch")} />
-                    <Select id={format!("{uid}-seq")} label="Sequence" options={seqs} selected={s.seq.to_string()} on_change={choice("seq")} />
-                    <Num id={format!("{uid}-accum")} label="Gradient accumulation" value={p.grad_accum.max(1)} on_change={knob("grad-accum")} />
-                    <Select id={format!("{uid}-precision")} label="Precision" options={precisions} selected={precision} on_change={choice("precision")} />
-                    <Select id={format!("{uid}-recompute")} label="Recomputation"
-                        options={opts(&[("none", "none"), ("selective", "selective"), ("full", "full")])}
-                        selected={k.get("recompute").unwrap_or("none").to_string()} on_change={choice("recompute")} />
-                    <Select id={format!("{uid}-gpu")} label="GPU" options={gpu_opts} selected={gpu_sel} on_change={on_gpu} />
+                    { num(format!("{uid}-batch"), "Micro-batch", s.batch, knob("batch")) }
+                    { select(format!("{uid}-seq"), "Sequence", seqs, s.seq.to_string(), choice("seq")) }
+                    { num(format!("{uid}-accum"), "Gradient accumulation", p.grad_accum.max(1), knob("grad-accum")) }
+                    { select(format!("{uid}-precision"), "Precision", precisions, precision, choice("precision")) }
+                    { select(format!("{uid}-recompute"), "Recomputation", opts(&[("none", "none"), ("selective", "selective"), ("full", "full")]), k.get("recompute").unwrap_or("none").to_string(), choice("recompute")) }
+                    { select(format!("{uid}-gpu"), "GPU", gpu_opts, gpu_sel, on_gpu) }
                 </fieldset>
                 <fieldset class="gm-panel">
                     <legend>{ format!("Parallelism: {gpus} GPUs") }</legend>
-                    <Num id={format!("{uid}-dp")} label="Data (dp)" value={p.dp} on_change={knob("dp")} />
-                    <Num id={format!("{uid}-tp")} label="Tensor + sequence (tp)" value={p.tp} on_change={knob("tp")} />
-                    <Num id={format!("{uid}-pp")} label="Pipeline (pp)" value={p.pp} on_change={knob("pp")} />
-                    <Num id={format!("{uid}-cp")} label="Context (cp)" value={p.cp} on_change={knob("cp")} />
-                    <Num id={format!("{uid}-ep")} label="Expert (ep)" value={p.ep} on_change={knob("ep")} />
-                    <Select id={format!("{uid}-framework")} label="Framework"
-                        options={opts(&[("fsdp", "PyTorch FSDP"), ("deepspeed", "DeepSpeed"), ("megatron", "Megatron-LM")])}
-                        selected={framework.clone()} on_change={choice("framework")} />
-                    <RadioGroup id={format!("{uid}-zero")} label="Sharding" options={opts(zero_labels)}
-                        selected={p.zero.to_string()} on_change={choice("zero-stage")} />
-                    <Select id={format!("{uid}-offload")} label="Offload to CPU"
-                        options={opts(&[("none", "none"), ("optimizer", "optimizer states"), ("optimizer+params", "optimizer + parameters")])}
-                        selected={k.get("offload").unwrap_or("none").to_string()} on_change={choice("offload")} />
+                    { num(format!("{uid}-dp"), "Data (dp)", p.dp, knob("dp")) }
+                    { num(format!("{uid}-tp"), "Tensor + sequence (tp)", p.tp, knob("tp")) }
+                    { num(format!("{uid}-pp"), "Pipeline (pp)", p.pp, knob("pp")) }
+                    { num(format!("{uid}-cp"), "Context (cp)", p.cp, knob("cp")) }
+                    { num(format!("{uid}-ep"), "Expert (ep)", p.ep, knob("ep")) }
+                    { select(format!("{uid}-framework"), "Framework", opts(&[("fsdp", "PyTorch FSDP"), ("deepspeed", "DeepSpeed"), ("megatron", "Megatron-LM")]), framework.clone(), choice("framework")) }
+                    { radio_group(format!("{uid}-zero"), "Sharding", opts(zero_labels), p.zero.to_string(), choice("zero-stage")) }
+                    { select(format!("{uid}-offload"), "Offload to CPU", opts(&[("none", "none"), ("optimizer", "optimizer states"), ("optimizer+params", "optimizer + parameters")]), k.get("offload").unwrap_or("none").to_string(), choice("offload")) }
                 </fieldset>
             </div>
             if let Some(msg) = &refused {
@@ -586,7 +574,7 @@ pub fn use_parallelism(init: &Init) -> Html {
                 </tr></thead>
                 <tbody>{ plan_rows }</tbody>
             </table></div>
-            <Toolbar name={format!("gpumem-parallelism-{uid}")} settings={settings(&k)} />
+            { toolbar }
         </figure>
     }
 }

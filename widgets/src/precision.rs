@@ -11,7 +11,7 @@ use web_sys::HtmlSelectElement;
 use yew::prelude::*;
 
 use crate::allocator::{bar, legend, use_checked_set, use_knobs, use_live_marker};
-use crate::controls::RadioGroup;
+use crate::controls::radio_group;
 use crate::format::{gib, Sum};
 use crate::parts;
 use crate::{Init, Knobs};
@@ -243,9 +243,9 @@ pub fn use_precision(init: &Init) -> Html {
                 <span class="gm-sub">{ format!("{} · {} · {}", e.model, recipe_name, s.optimizer.name()) }</span>
             </figcaption>
             <div class="gm-controls">
-                <RadioGroup id={format!("{uid}-recipe")} label="Recipe"
-                    options={RECIPES.iter().map(|(v, l)| (v.to_string(), l.to_string())).collect::<Vec<_>>()}
-                    selected={recipe} on_change={on_recipe} />
+                { radio_group(format!("{uid}-recipe"), "Recipe",
+                    RECIPES.iter().map(|(v, l)| (v.to_string(), l.to_string())).collect(),
+                    recipe, on_recipe) }
             </div>
             <div class="gm-scroll"><table class="gm-table">
                 <thead><tr><th scope="col">{ "Part" }</th><th scope="col">{ "Stored as" }</th>

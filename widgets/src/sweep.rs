@@ -6,10 +6,10 @@
 use yew::prelude::*;
 
 use crate::allocator::{key_legend, use_checked_set, use_knobs, use_live_marker};
-use crate::chart::{fit, n, settings, text_width, tick_label, ticks_n, use_width, Toolbar};
-use crate::controls::RadioGroup;
+use crate::chart::{fit, n, settings, text_width, tick_label, ticks_n, use_toolbar, use_width};
+use crate::controls::radio_group;
 use crate::format::{count, gib, tokens};
-use crate::levers::Levers;
+use crate::levers::levers;
 use crate::parts;
 use crate::{Init, Knobs};
 
@@ -198,6 +198,7 @@ pub fn use_sweep(init: &Init) -> Html {
     let (try_set, refused_msg) = use_checked_set(set);
     let uid = &init.uid;
     let (title_id, summary_id) = (format!("{uid}-title"), format!("{uid}-summary"));
+    let toolbar = use_toolbar(format!("gpumem-sweep-{}", init.uid), settings(&k));
     let axis_name = init.option("axis").unwrap_or("seq");
     let (knob, lo, hi, log_default) = axis(axis_name);
     let scale = use_state(|| match init.option("scale") {
@@ -383,7 +384,7 @@ pub fn use_sweep(init: &Init) -> Html {
                 <span class="gm-title">{ format!("Memory against {}", if knob == "dp" { "GPU count" } else { axis_name }) }</span>
                 <span class="gm-sub">{ format!("{} · {}", k.get("model").unwrap_or(gpumem::knobs::DEFAULT_MODEL), gpu) }</span>
             </figcaption>
-            <Levers init={init.clone()} knobs={k.clone()} on_change={try_set} />
+            { levers(init, &k, &try_set) }
             if let Some(msg) = &refused_msg {
                 <p class="gm-error" role="alert">{ format!("Not applied: {msg}") }</p>
             }
@@ -417,12 +418,12 @@ pub fn use_sweep(init: &Init) -> Html {
             { key_legend(&keys) }
             <p class={classes!("gm-verdict", if first.is_some() { "gm-over" } else { "gm-ok" })} data-value="verdict">{ verdict }</p>
             <div class="gm-controls gm-controls-inline">
-                <RadioGroup id={format!("{uid}-scale")} label="Axis"
-                    options={vec![("linear".to_string(), "linear".to_string()), ("log".to_string(), "log (doublings)".to_string())]}
-                    selected={if log { "log" } else { "linear" }.to_string()} on_change={on_scale} />
+                { radio_group(format!("{uid}-scale"), "Axis",
+                    vec![("linear".to_string(), "linear".to_string()), ("log".to_string(), "log (doublings)".to_string())],
+                    if log { "log" } else { "linear" }.to_string(), on_scale) }
             </div>
             <p class="gm-sr" id={summary_id} aria-live="polite">{ summary }</p>
-            <Toolbar name={format!("gpumem-sweep-{uid}")} settings={settings(&k)} />
+            { toolbar }
         </figure>
     }
 }

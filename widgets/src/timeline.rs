@@ -10,7 +10,9 @@ use yew::prelude::*;
 use crate::allocator::{use_knobs, use_live_marker};
 use std::fmt::Write;
 
-use crate::chart::{fit, n, refused, settings, text_width, tick_label, ticks, use_width, Toolbar};
+use crate::chart::{
+    fit, n, refused, settings, text_width, tick_label, ticks, use_toolbar, use_width,
+};
 use crate::format::{delta, escape_attr as esc, gib, tokens};
 use crate::parts::{self, PARTS};
 use crate::Init;
@@ -332,6 +334,7 @@ pub fn use_timeline(init: &Init) -> Html {
     // The point the readout describes: hovered or focused (the peak until then).
     let shown = use_state(|| None::<usize>);
     let uid = &init.uid;
+    let toolbar = use_toolbar(format!("gpumem-timeline-{}", init.uid), settings(&k));
     let (title_id, summary_id) = (format!("{uid}-title"), format!("{uid}-summary"));
     let e = match k.estimate() {
         Ok(e) => e,
@@ -618,7 +621,7 @@ pub fn use_timeline(init: &Init) -> Html {
             <p class="gm-readout" aria-live="polite" data-value="op">{ readout }</p>
             <p class="gm-note" data-value="peak">{ note }</p>
             <p class="gm-sr" id={summary_id}>{ summary }</p>
-            <Toolbar name={format!("gpumem-timeline-{uid}")} settings={settings(&k)} />
+            { toolbar }
         </figure>
     }
 }

@@ -8,8 +8,8 @@ use gpumem::num::fixed;
 use yew::prelude::*;
 
 use crate::allocator::{use_knobs, use_live_marker};
-use crate::chart::{fit, n, settings, use_width, Toolbar};
-use crate::controls::{RadioGroup, Slider};
+use crate::chart::{fit, n, settings, use_toolbar, use_width};
+use crate::controls::{radio_group, slider};
 use crate::format::{gib, params, Sum};
 use crate::parts;
 use crate::{Init, Knobs};
@@ -106,6 +106,7 @@ pub fn use_zero(init: &Init) -> Html {
     let root = use_live_marker();
     let (svg_ref, w) = use_width();
     let uid = init.uid.clone();
+    let toolbar = use_toolbar(format!("gpumem-zero-{uid}"), settings(&k));
     let (lo, hi) = (1e8f64, 1e12f64);
     let preset_params = k
         .scenario()
@@ -339,13 +340,13 @@ pub fn use_zero(init: &Init) -> Html {
                     if stage > 0 { format!(" → {} per GPU", sum_gpu.gib(total_gpu)) } else { String::new() }) }</strong></li>
             </ul>
             <div class="gm-controls">
-                <Slider id={format!("{uid}-params")} label="Parameters" min={0} max={STEPS} value={pos.clamp(0, STEPS)}
-                    valuetext={format!("{} parameters", params(np as u64))} on_change={on_slider} />
-                <Slider id={format!("{uid}-gpus")} label="GPUs" min={0} max={12} value={(gpus as f64).log2().round() as i64}
-                    valuetext={format!("{gpus} GPUs")} on_change={on_gpus} />
-                <RadioGroup id={format!("{uid}-stage")} label="ZeRO stage"
-                    options={["none", "stage 1", "stage 2", "stage 3"].iter().enumerate().map(|(s, l)| (s.to_string(), l.to_string())).collect::<Vec<_>>()}
-                    selected={stage.to_string()} on_change={on_radio} />
+                { slider(format!("{uid}-params"), "Parameters", (0, STEPS), pos.clamp(0, STEPS),
+                    format!("{} parameters", params(np as u64)), on_slider) }
+                { slider(format!("{uid}-gpus"), "GPUs", (0, 12), (gpus as f64).log2().round() as i64,
+                    format!("{gpus} GPUs"), on_gpus) }
+                { radio_group(format!("{uid}-stage"), "ZeRO stage",
+                    ["none", "stage 1", "stage 2", "stage 3"].iter().enumerate().map(|(s, l)| (s.to_string(), l.to_string())).collect(),
+                    stage.to_string(), on_radio) }
                 <div class="gm-presets" role="group" aria-label="Presets">
                     { for PRESETS.iter().enumerate().map(|(i, (label, p))| {
                         let sp = set_params.clone();
@@ -357,7 +358,7 @@ pub fn use_zero(init: &Init) -> Html {
             </div>
             <p class="gm-note">{ "Keys, with the focus on any control of this widget (Tab to it or click it): ← and → move the focused slider · 1–4 choose a preset · Z cycles the ZeRO stage." }</p>
             <p class="gm-sr" id={summary_id} aria-live="polite">{ summary }</p>
-            <Toolbar name={format!("gpumem-zero-{uid}")} settings={settings(&k)} />
+            { toolbar }
         </figure>
     }
 }
