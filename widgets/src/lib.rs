@@ -35,6 +35,12 @@ pub mod timeline;
 pub mod value;
 pub mod zero;
 
+/// The wasm's allocator: talc, smaller in the bundle than Rust's default (dlmalloc). The
+/// widgets run on one thread (no `atomics`).
+#[cfg(all(target_family = "wasm", not(target_feature = "atomics")))]
+#[global_allocator]
+static ALLOCATOR: talc::wasm::WasmDynamicTalc = talc::wasm::new_wasm_dynamic_allocator();
+
 /// How many estimates [`Knobs::estimate`] remembers (a sweep's points and the page's own).
 const ESTIMATES_REMEMBERED: usize = 64;
 

@@ -37,7 +37,7 @@ pub fn sorted_indices(n: usize, cmp: &dyn Fn(usize, usize) -> Ordering) -> Vec<u
 }
 
 /// Sort `v` by `cmp`, stably.
-pub fn sort_by<T>(v: &mut Vec<T>, cmp: impl Fn(&T, &T) -> Ordering) {
+pub fn sort_by<T>(v: &mut [T], cmp: impl Fn(&T, &T) -> Ordering) {
     let idx = sorted_indices(v.len(), &|i, j| cmp(&v[i], &v[j]));
     // The only code per element type: the swaps, worked out without it.
     for (i, k) in swaps(idx) {
@@ -63,7 +63,7 @@ fn swaps(idx: Vec<usize>) -> Vec<(usize, usize)> {
 }
 
 /// Sort `v` in its natural order.
-pub fn sort<T: Ord>(v: &mut Vec<T>) {
+pub fn sort<T: Ord>(v: &mut [T]) {
     sort_by(v, T::cmp)
 }
 
