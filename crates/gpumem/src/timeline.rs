@@ -181,11 +181,11 @@ impl<'a> Unroll<'a> {
                     r as u64,
                     &one,
                     p as u64,
-                    |u, k| {
+                    &mut |u, k| {
                         let at = i + (k as usize - 1) * p;
                         u.nodes(&nodes[at..at + p], lab)
                     },
-                    first,
+                    &first,
                 );
                 i += p * r;
                 continue;
@@ -211,11 +211,11 @@ impl<'a> Unroll<'a> {
                     *n,
                     one,
                     1,
-                    |u, k| match events {
+                    &mut |u, k| match events {
                         Some(ev) => u.stretch(ev, one, at(k)),
                         None => u.frame(one, at(k)),
                     },
-                    at,
+                    &at,
                 );
             }
             Node::Group {
@@ -235,7 +235,7 @@ impl<'a> Unroll<'a> {
                     }
                     l
                 };
-                self.run(*n, one, 1, |u, k| u.nodes(body, at(k)), at);
+                self.run(*n, one, 1, &mut |u, k| u.nodes(body, at(k)), &at);
             }
         }
     }
@@ -248,8 +248,8 @@ impl<'a> Unroll<'a> {
         n: u64,
         one: &Seg,
         per: u64,
-        mut each: impl FnMut(&mut Self, u64),
-        label: impl Fn(u64) -> Label,
+        each: &mut dyn FnMut(&mut Self, u64),
+        label: &dyn Fn(u64) -> Label,
     ) {
         if n == 0 {
             return;
