@@ -233,7 +233,8 @@ pub fn use_exercise(init: &Init) -> Html {
     let input = use_node_ref();
     // The reader's last check, and the knobs it was made for (a change of the page's state
     // makes it stale).
-    let result = use_state(|| None::<(Knobs, bool, String)>);
+    // (Right answers are the verdicts that begin with ✓.)
+    let result = use_state(|| None::<(Knobs, String)>);
     let uid = &init.uid;
     let opt = |key: &str| init.option(key).unwrap_or("").to_string();
     let (ask, with, format, solution) = (opt("ask"), opt("with"), opt("format"), opt("solution"));
@@ -251,17 +252,17 @@ pub fn use_exercise(init: &Init) -> Html {
                 return;
             };
             let msg = match (&a, read(&el.value(), unit)) {
-                (Err(err), _) => (false, format!("The engine cannot answer this here: {err}")),
-                (_, None) => (false, format!("Type a number ({}).", unit.words())),
-                (Ok(a), Some(g)) => verdict(a, g, tolerance),
+                (Err(err), _) => format!("The engine cannot answer this here: {err}"),
+                (_, None) => format!("Type a number ({}).", unit.words()),
+                (Ok(a), Some(g)) => verdict(a, g, tolerance).1,
             };
-            result.set(Some((k.clone(), msg.0, msg.1)));
+            result.set(Some((k.clone(), msg)));
         })
     };
     let shown = result
         .as_ref()
-        .filter(|(kk, _, _)| *kk == k)
-        .map(|(_, ok, m)| (*ok, m.clone()));
+        .filter(|(kk, _)| *kk == k)
+        .map(|(_, m)| (m.starts_with('✓'), m.clone()));
     let sub = format!(
         "{} · b={} · s={}{}",
         k.get("model").unwrap_or(gpumem::knobs::DEFAULT_MODEL),

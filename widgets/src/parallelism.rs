@@ -259,7 +259,8 @@ pub fn use_parallelism(init: &Init) -> Html {
     let (k, set) = use_knobs(init);
     let root = use_live_marker();
     let (svg_ref, w) = use_width();
-    let paste = use_state(|| None::<Result<String, String>>);
+    // What became of the last paste, as the page says it ("Applied: …" or "Not applied: …").
+    let paste = use_state(|| None::<String>);
     let uid = &init.uid;
     let (title_id, summary_id) = (format!("{uid}-title"), format!("{uid}-summary"));
     let (try_set, refused) = use_checked_set(set.clone());
@@ -358,10 +359,10 @@ pub fn use_parallelism(init: &Init) -> Html {
                         .estimate()
                         .map(|e| format!("{} parameters", params(e.params)))
                         .unwrap_or_default();
-                    paste.set(Some(Ok(format!("Applied: a custom architecture, {name}."))));
+                    paste.set(Some(format!("Applied: a custom architecture, {name}.")));
                     set.emit(n);
                 }
-                Err(msg) => paste.set(Some(Err(msg))),
+                Err(msg) => paste.set(Some(format!("Not applied: {msg}"))),
             }
         })
     };
@@ -502,10 +503,10 @@ pub fn use_parallelism(init: &Init) -> Html {
     let gap = gap.show((gap.units(cap) - gap.units(dev)).abs());
     let paste_note = match &*paste {
         None => html! {},
-        Some(Ok(m)) => html! { <p class="gm-note" role="status">{ m.clone() }</p> },
-        Some(Err(m)) => {
-            html! { <p class="gm-error" role="alert">{ format!("Not applied: {m}") }</p> }
+        Some(m) if m.starts_with("Applied") => {
+            html! { <p class="gm-note" role="status">{ m.clone() }</p> }
         }
+        Some(m) => html! { <p class="gm-error" role="alert">{ m.clone() }</p> },
     };
     html! {
         <figure class="gm gm-parallelism" data-widget="parallelism" ref={root} aria-labelledby={title_id.clone()}

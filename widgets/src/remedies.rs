@@ -194,7 +194,8 @@ fn button_use(out: &mut String, with: &str, what: &str) {
 pub fn use_remedies(init: &Init) -> Html {
     let (k, set) = use_knobs(init);
     let root = use_live_marker();
-    let plan = use_state(|| None::<(Knobs, Result<(u64, Knobs), String>)>);
+    // The planner's answer for the knobs it was asked with, as the list shows it.
+    let plan = use_state(|| None::<(Knobs, String)>);
     let uid = &init.uid;
     let e = match k.estimate() {
         Ok(e) => e,
@@ -252,28 +253,8 @@ pub fn use_remedies(init: &Init) -> Html {
         list.push_str("</li>");
     }
     list.push_str(r#"<li class="gm-remedy" data-remedy="planner"><p class="gm-remedy-head"><strong>More GPUs, as the planner lays them out</strong></p><p class="gm-note">The planner tries every layout of 2 to 64 GPUs for this step (data, tensor, pipeline and context parallelism, ZeRO stage, micro-batch, recomputation) and gives the fewest GPUs that fit. Costs the GPUs, and their communication.</p><button type="button" class="gm-use" data-plan="">Ask the planner</button>"#);
-    match plan.as_ref().filter(|(kk, _)| *kk == k).map(|(_, r)| r) {
-        None => {}
-        Some(Ok((gpus, n))) => {
-            let with = layout_changes(&k, n);
-            let after = n
-                .estimate()
-                .map(|a| format!(" — {} of {} per GPU", gib(a.device_bytes as f64), gib(cap)))
-                .unwrap_or_default();
-            let _ = write!(
-                list,
-                r#"<p class="gm-remedy-saving gm-ok">{gpus} GPUs: {}{after}</p>"#,
-                esc(&with.replace(' ', ", "))
-            );
-            button_use(&mut list, &with, "the planner's layout");
-        }
-        Some(Err(why)) => {
-            let _ = write!(
-                list,
-                r#"<p class="gm-remedy-saving gm-over">{}</p>"#,
-                esc(why)
-            );
-        }
+    if let Some((_, p)) = plan.as_ref().filter(|(kk, _)| *kk == k) {
+        list.push_str(p);
     }
     list.push_str("</li>");
     // Two that the engine gives no figure for: the allocator's segments are not modelled,
@@ -293,7 +274,7 @@ pub fn use_remedies(init: &Init) -> Html {
                 return;
             };
             if b.has_attribute("data-plan") {
-                plan.set(Some((k.clone(), planned(&k))));
+                plan.set(Some((k.clone(), planned_html(&k, cap))));
             } else if let Some(w) = b.get_attribute("data-with") {
                 if let Ok(n) = k.with_changes(&w) {
                     set.emit(n);
@@ -324,4 +305,33 @@ pub fn use_remedies(init: &Init) -> Html {
             <p class="gm-note">{ "Savings are of the device total (peak, allocator reserve and CUDA context): what decides whether a step fits." }</p>
         </figure>
     }
+}
+
+/// The planner's answer as the list shows it: the fewest GPUs and their layout with its Use
+/// button, or why there is none (`cap`: the GPU's capacity).
+fn planned_html(k: &Knobs, cap: f64) -> String {
+    let mut out = String::new();
+    match planned(k) {
+        Ok((gpus, n)) => {
+            let with = layout_changes(k, &n);
+            let after = n
+                .estimate()
+                .map(|a| format!(" — {} of {} per GPU", gib(a.device_bytes as f64), gib(cap)))
+                .unwrap_or_default();
+            let _ = write!(
+                out,
+                r#"<p class="gm-remedy-saving gm-ok">{gpus} GPUs: {}{after}</p>"#,
+                esc(&with.replace(' ', ", "))
+            );
+            button_use(&mut out, &with, "the planner's layout");
+        }
+        Err(why) => {
+            let _ = write!(
+                out,
+                r#"<p class="gm-remedy-saving gm-over">{}</p>"#,
+                esc(&why)
+            );
+        }
+    }
+    out
 }
