@@ -15,7 +15,7 @@ use crate::chart::{
 };
 use crate::format::{delta, escape_attr as esc, gib, tokens};
 use crate::parts::{self, PARTS};
-use crate::Init;
+use crate::{Init, Knobs};
 
 const H: f64 = 236.0;
 const TOP: f64 = 22.0;
@@ -331,8 +331,9 @@ pub fn use_timeline(init: &Init) -> Html {
     let (k, _) = use_knobs(init);
     let root = use_live_marker();
     let (svg_ref, w) = use_width();
-    // The point the readout describes: hovered or focused (the peak until then).
-    let shown = use_state(|| None::<usize>);
+    // What the readout says of the point hovered or focused, for the knobs it was drawn for
+    // (the peak until then, and again once the page changes).
+    let shown = use_state(|| None::<(Knobs, String)>);
     let uid = &init.uid;
     let toolbar = use_toolbar(format!("gpumem-timeline-{}", init.uid), settings(&k));
     let (title_id, summary_id) = (format!("{uid}-title"), format!("{uid}-summary"));
@@ -364,22 +365,21 @@ pub fn use_timeline(init: &Init) -> Html {
             };
         }
     };
+    let show = {
+        let (shown, k, tl) = (shown.clone(), k.clone(), tl.clone());
+        std::rc::Rc::new(move |target: Option<web_sys::EventTarget>| {
+            if let (Some(i), Ok(t)) = (point_of(target), tl.as_ref()) {
+                if let Some(p) = t.points.get(i) {
+                    shown.set(Some((k.clone(), label(p))));
+                }
+            }
+        })
+    };
     let on_over = {
-        let shown = shown.clone();
-        Callback::from(move |e: MouseEvent| {
-            if let Some(i) = point_of(e.target()) {
-                shown.set(Some(i));
-            }
-        })
+        let show = show.clone();
+        Callback::from(move |e: MouseEvent| show(e.target()))
     };
-    let on_focus = {
-        let shown = shown.clone();
-        Callback::from(move |e: FocusEvent| {
-            if let Some(i) = point_of(e.target()) {
-                shown.set(Some(i));
-            }
-        })
-    };
+    let on_focus = Callback::from(move |e: FocusEvent| show(e.target()));
     let peak = &t.points[t.peak];
     let cap = e.capacity_bytes as f64;
     let top = peak.total();
@@ -582,7 +582,10 @@ pub fn use_timeline(init: &Init) -> Html {
         &fit(&place(&win[win.len() - 1]), half),
     );
 
-    let readout = label(shown.and_then(|i| t.points.get(i)).unwrap_or(peak));
+    let readout = match shown.as_ref() {
+        Some((kk, text)) if *kk == k => text.clone(),
+        _ => label(peak),
+    };
     let summary = format!(
         "Memory through one step of {}, op by op: it peaks at {} during {}{}. {}",
         e.model,
