@@ -19,6 +19,70 @@ pub struct Remedy {
     pub with: Result<String, &'static str>,
 }
 
+/// Each remedy: its key, name, cost, and why it may not apply.
+const REMEDIES: [(&str, &str, &str, &str); 10] = [
+    (
+        "micro-batch",
+        "Halve the micro-batch, accumulate twice as many",
+        "The same sequences per optimizer step, in twice as many smaller passes: a little slower, the same training.",
+        "the micro-batch is one sequence already",
+    ),
+    (
+        "recompute-selective",
+        "Recompute the attention core (selective recomputation)",
+        "Attention's forward runs again in the backward: a few per cent more compute. With flash attention there is little left to save.",
+        "recomputation is on already",
+    ),
+    (
+        "recompute-full",
+        "Recompute every layer (full activation checkpointing)",
+        "Each layer's forward runs twice: about a third more compute per step.",
+        "every layer is recomputed already",
+    ),
+    (
+        "loss",
+        "A fused, chunked cross-entropy (Liger Kernel)",
+        "A kernel dependency, about the same speed: the logits are never whole in memory.",
+        "the loss is fused already",
+    ),
+    (
+        "adam8bit",
+        "8-bit Adam (bitsandbytes)",
+        "Moments quantised to 8 bits: usually the same loss curve; one more dependency.",
+        "the optimizer is not AdamW, or only adapters train",
+    ),
+    (
+        "adafactor",
+        "Adafactor",
+        "A factored second moment and no first: far less state, a different convergence; the learning rate needs retuning.",
+        "Adafactor is on already, or only adapters train",
+    ),
+    (
+        "lora",
+        "LoRA adapters instead of full fine-tuning",
+        "Only small adapters train: a fine-tuning method, not pre-training; close to full fine-tuning on many tasks.",
+        "adapters train already",
+    ),
+    (
+        "qlora",
+        "QLoRA: LoRA over a 4-bit base",
+        "The frozen base in NF4, dequantised for each matmul: slower steps and a small quality cost.",
+        "QLoRA is on already",
+    ),
+    (
+        "zero",
+        "Shard every state over 8 GPUs (ZeRO-3, FSDP FULL_SHARD)",
+        "Each layer's weights gathered before its forward and its backward, its gradients reduce-scattered after: more communication, and the GPUs.",
+        "the states are fully sharded already",
+    ),
+    (
+        "offload",
+        "Offload the optimizer to CPU memory (ZeRO-Offload)",
+        "Optimizer states and master weights in host memory, the update on the CPU: much slower steps.",
+        "the optimizer is offloaded already",
+    ),
+];
+
 /// The remedies for the page's knobs `k`.
 pub fn remedies(k: &Knobs) -> Vec<Remedy> {
     let s = k.scenario().ok();
@@ -34,85 +98,46 @@ pub fn remedies(k: &Knobs) -> Vec<Remedy> {
         .next()
         .unwrap_or("full");
     let full = method == "full";
-    let when = |ok: bool, with: String, why: &'static str| if ok { Ok(with) } else { Err(why) };
-    vec![
-        Remedy {
-            key: "micro-batch",
-            title: "Halve the micro-batch, accumulate twice as many".into(),
-            cost: "The same sequences per optimizer step, in twice as many smaller passes: a little slower, the same training.",
-            with: when(
-                batch >= 2,
-                format!("batch={} grad-accum={}", batch / 2, accum * 2),
-                "the micro-batch is one sequence already",
-            ),
-        },
-        Remedy {
-            key: "recompute-selective",
-            title: "Recompute the attention core (selective recomputation)".into(),
-            cost: "Attention's forward runs again in the backward: a few per cent more compute. With flash attention there is little left to save.",
-            with: when(is("recompute", "none", "none"), "recompute=selective".into(), "recomputation is on already"),
-        },
-        Remedy {
-            key: "recompute-full",
-            title: "Recompute every layer (full activation checkpointing)".into(),
-            cost: "Each layer's forward runs twice: about a third more compute per step.",
-            with: when(!is("recompute", "none", "full"), "recompute=full".into(), "every layer is recomputed already"),
-        },
-        Remedy {
-            key: "loss",
-            title: "A fused, chunked cross-entropy (Liger Kernel)".into(),
-            cost: "A kernel dependency, about the same speed: the logits are never whole in memory.",
-            with: when(is("loss", "standard", "standard"), "loss=fused".into(), "the loss is fused already"),
-        },
-        Remedy {
-            key: "adam8bit",
-            title: "8-bit Adam (bitsandbytes)".into(),
-            cost: "Moments quantised to 8 bits: usually the same loss curve; one more dependency.",
-            with: when(
-                full && matches!(k.get("optimizer").unwrap_or("adamw"), "adamw" | "adam"),
-                "optimizer=adamw-8bit".into(),
-                "the optimizer is not AdamW, or only adapters train",
-            ),
-        },
-        Remedy {
-            key: "adafactor",
-            title: "Adafactor".into(),
-            cost: "A factored second moment and no first: far less state, a different convergence; the learning rate needs retuning.",
-            with: when(full && !is("optimizer", "adamw", "adafactor"), "optimizer=adafactor".into(), "Adafactor is on already, or only adapters train"),
-        },
-        Remedy {
-            key: "lora",
-            title: "LoRA adapters instead of full fine-tuning".into(),
-            cost: "Only small adapters train: a fine-tuning method, not pre-training; close to full fine-tuning on many tasks.",
-            with: when(full, "finetune=lora".into(), "adapters train already"),
-        },
-        Remedy {
-            key: "qlora",
-            title: "QLoRA: LoRA over a 4-bit base".into(),
-            cost: "The frozen base in NF4, dequantised for each matmul: slower steps and a small quality cost.",
-            with: when(method != "qlora", "finetune=qlora".into(), "QLoRA is on already"),
-        },
-        Remedy {
-            key: "zero",
-            title: if dp > 1 {
-                format!("Shard every state over the {dp} data-parallel GPUs (ZeRO-3, FSDP FULL_SHARD)")
-            } else {
-                "Shard every state over 8 GPUs (ZeRO-3, FSDP FULL_SHARD)".into()
-            },
-            cost: "Each layer's weights gathered before its forward and its backward, its gradients reduce-scattered after: more communication, and the GPUs.",
-            with: when(
-                zero < 3,
-                if dp > 1 { "zero-stage=3".into() } else { "dp=8 zero-stage=3".into() },
-                "the states are fully sharded already",
-            ),
-        },
-        Remedy {
-            key: "offload",
-            title: "Offload the optimizer to CPU memory (ZeRO-Offload)".into(),
-            cost: "Optimizer states and master weights in host memory, the update on the CPU: much slower steps.",
-            with: when(is("offload", "none", "none"), "offload=optimizer".into(), "the optimizer is offloaded already"),
-        },
-    ]
+    REMEDIES
+        .iter()
+        .map(|&(key, title, cost, why)| {
+            let (ok, with) = match key {
+                "micro-batch" => (
+                    batch >= 2,
+                    format!("batch={} grad-accum={}", batch / 2, accum * 2),
+                ),
+                "recompute-selective" => (
+                    is("recompute", "none", "none"),
+                    "recompute=selective".into(),
+                ),
+                "recompute-full" => (!is("recompute", "none", "full"), "recompute=full".into()),
+                "loss" => (is("loss", "standard", "standard"), "loss=fused".into()),
+                "adam8bit" => (
+                    full && matches!(k.get("optimizer").unwrap_or("adamw"), "adamw" | "adam"),
+                    "optimizer=adamw-8bit".into(),
+                ),
+                "adafactor" => (
+                    full && !is("optimizer", "adamw", "adafactor"),
+                    "optimizer=adafactor".into(),
+                ),
+                "lora" => (full, "finetune=lora".into()),
+                "qlora" => (method != "qlora", "finetune=qlora".into()),
+                "zero" if dp > 1 => (zero < 3, "zero-stage=3".into()),
+                "zero" => (zero < 3, "dp=8 zero-stage=3".into()),
+                _ => (is("offload", "none", "none"), "offload=optimizer".into()),
+            };
+            Remedy {
+                key,
+                title: if key == "zero" && dp > 1 {
+                    format!("Shard every state over the {dp} data-parallel GPUs (ZeRO-3, FSDP FULL_SHARD)")
+                } else {
+                    title.to_string()
+                },
+                cost,
+                with: if ok { Ok(with) } else { Err(why) },
+            }
+        })
+        .collect()
 }
 
 /// A remedy estimated: the device total after it, and whether it fits then.
