@@ -23,11 +23,12 @@ pub enum Unit {
 }
 
 impl Unit {
-    fn words(self) -> &'static str {
+    /// What an answer is counted in: "GiB", "tokens", "bytes per parameter".
+    fn name(self) -> &'static str {
         match self {
-            Unit::Gib => "in GiB",
-            Unit::Tokens => "in tokens",
-            Unit::PerParam => "in bytes per parameter",
+            Unit::Gib => "GiB",
+            Unit::Tokens => "tokens",
+            Unit::PerParam => "bytes per parameter",
         }
     }
 
@@ -253,7 +254,7 @@ pub fn use_exercise(init: &Init) -> Html {
             };
             let msg = match (&a, read(&el.value(), unit)) {
                 (Err(err), _) => format!("The engine cannot answer this here: {err}"),
-                (_, None) => format!("Type a number ({}).", unit.words()),
+                (_, None) => format!("Type a number (in {}).", unit.name()),
                 (Ok(a), Some(g)) => verdict(a, g, tolerance).1,
             };
             result.set(Some((k.clone(), msg)));
@@ -283,7 +284,7 @@ pub fn use_exercise(init: &Init) -> Html {
             </figcaption>
             <p class="gm-question" id={format!("{uid}-q")}>{ opt("question") }</p>
             <form class="gm-ex-form" onsubmit={on_check}>
-                <label for={field.clone()}>{ format!("Your answer ({})", unit.words().trim_start_matches("in ")) }</label>
+                <label for={field.clone()}>{ format!("Your answer ({})", unit.name()) }</label>
                 <input id={field} ref={input} type="text" inputmode="decimal" autocomplete="off" spellcheck="false" />
                 <button type="submit">{ "Check" }</button>
             </form>
