@@ -23,7 +23,7 @@ pub fn bar(slices: &[Slice], by_slice: bool, total: f64, cap: f64) -> Html {
             .filter(|b| b.bytes > 0.0)
             .map(|b| {
                 html! {
-                    <div class={classes!("gm-seg", format!("gm-c-{}", b.key()))}
+                    <div class={format!("gm-seg gm-c-{}", b.key())}
                         style={format!("width:{}", pct(b.bytes, scale))}
                         title={format!("{}: {}", b.label(), sum.gib(b.bytes))}></div>
                 }
@@ -59,7 +59,7 @@ pub fn legend(slices: &[Slice], always: &[&str], total: f64) -> Html {
         <ul class="gm-legend">
             { for shown.into_iter().map(|(b, text)| html! {
                 <li data-bucket={b.key()}>
-                    <span class={classes!("gm-swatch", format!("gm-c-{}", b.key()))} aria-hidden="true"></span>
+                    <span class={format!("gm-swatch gm-c-{}", b.key())} aria-hidden="true"></span>
                     <span class="gm-name">{ b.label() }</span>
                     <span class="gm-num">{ text }</span>
                 </li>
@@ -74,7 +74,7 @@ pub fn key_legend(keys: &[&'static str]) -> Html {
         <ul class="gm-legend">
             { for keys.iter().filter_map(|k| parts::find(k)).map(|p| html! {
                 <li data-bucket={p.key}>
-                    <span class={classes!("gm-swatch", format!("gm-c-{}", p.key))} aria-hidden="true"></span>
+                    <span class={format!("gm-swatch gm-c-{}", p.key)} aria-hidden="true"></span>
                     <span class="gm-name">{ p.label }</span>
                 </li>
             }) }
@@ -410,7 +410,7 @@ pub fn use_allocator(init: &Init) -> Html {
                         <span class="gm-of">{ format!("of {cap_text} on {}", est.gpu) }</span>
                     </p>
                     { bar(&slices, show_breakdown, total, cap) }
-                    <p class={classes!("gm-verdict", if est.fits { "gm-ok" } else { "gm-over" })} data-value="verdict">
+                    <p class={if est.fits { "gm-verdict gm-ok" } else { "gm-verdict gm-over" }} data-value="verdict">
                         { if est.fits { "✓ " } else { "✗ " } }{ verdict }
                     </p>
                     { legend }

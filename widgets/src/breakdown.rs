@@ -303,7 +303,7 @@ pub fn use_breakdown(init: &Init) -> Html {
                 { for rects }
                 <line class="gm-capline" x1={n(bar_x - 6.0)} x2={n(bar_x + bar_w + 8.0)} y1={n(y(cap))} y2={n(y(cap))} />
                 { labels }
-                <text class={classes!("gm-verdict-svg", if over { "gm-over" } else { "gm-ok" })} x={n(bar_x + bar_w / 2.0)} y={n(h - 8.0)} text-anchor="middle">
+                <text class={if over { "gm-verdict-svg gm-over" } else { "gm-verdict-svg gm-ok" }} x={n(bar_x + bar_w / 2.0)} y={n(h - 8.0)} text-anchor="middle">
                     { if over { format!("✗ {gap} over") } else { format!("✓ {gap} free") } }
                 </text>
             </svg>

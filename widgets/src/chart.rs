@@ -123,7 +123,7 @@ pub fn use_width() -> (NodeRef, f64) {
 /// A widget whose scenario the engine refuses: the figure with the engine's message.
 pub fn refused(widget: &'static str, root: NodeRef, err: impl std::fmt::Display) -> Html {
     html! {
-        <figure class={classes!("gm", format!("gm-{widget}"))} data-widget={widget} ref={root}>
+        <figure class={format!("gm gm-{widget}")} data-widget={widget} ref={root}>
             <p class="gm-error" role="alert">{ format!("Cannot estimate: {err}") }</p>
         </figure>
     }

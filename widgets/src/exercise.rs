@@ -288,7 +288,7 @@ pub fn use_exercise(init: &Init) -> Html {
                 <input id={field} ref={input} type="text" inputmode="decimal" autocomplete="off" spellcheck="false" />
                 <button type="submit">{ "Check" }</button>
             </form>
-            <p class={classes!("gm-ex-result", shown.as_ref().map(|(ok, _)| if *ok { "gm-ok" } else { "gm-over" }))}
+            <p class={match &shown { None => "gm-ex-result", Some((true, _)) => "gm-ex-result gm-ok", Some(_) => "gm-ex-result gm-over" }}
                 role="status" aria-live="polite" data-value="verdict">
                 { shown.map(|(_, m)| m).unwrap_or_default() }
             </p>

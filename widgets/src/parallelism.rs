@@ -226,7 +226,7 @@ fn stage_chart(e: &Estimate, w: f64) -> Html {
                 .collect();
             let over = *total > cap;
             html! {
-                <g class={classes!("gm-stage", over.then_some("gm-over"))} data-stage={i.to_string()}>
+                <g class={if over { "gm-stage gm-over" } else { "gm-stage" }} data-stage={i.to_string()}>
                     { rects }
                     if i % label_every == 0 {
                         <text class="gm-axis-label" x={n(x + bw / 2.0)} y={n(BOTTOM + 14.0)} text-anchor="middle">
@@ -454,7 +454,7 @@ pub fn use_parallelism(init: &Init) -> Html {
                 .collect::<Vec<_>>()
                 .join(", ");
                 html! {
-                    <tr class={classes!(current.then_some("gm-current"))}>
+                    <tr class={current.then_some("gm-current")}>
                         <td>{ i + 1 }</td>
                         <td>{ format!("{}×{}×{}×{}×{}", l.dp, l.tp, l.pp, l.cp, l.ep) }</td>
                         <td>{ zero }</td>
@@ -553,7 +553,7 @@ pub fn use_parallelism(init: &Init) -> Html {
             if let Some(msg) = &refused {
                 <p class="gm-error" role="alert">{ format!("Not applied: {msg}") }</p>
             }
-            <p class={classes!("gm-verdict", if over { "gm-over" } else { "gm-ok" })}>
+            <p class={if over { "gm-verdict gm-over" } else { "gm-verdict gm-ok" }}>
                 { if over { format!("✗ {} per GPU{worst}: exceeds {} on {} by {gap}", Sum::of(dev).gib(dev), gib(cap), e.gpu) }
                   else { format!("✓ {} per GPU{worst}, {gap} headroom", Sum::of(dev).gib(dev)) } }
             </p>

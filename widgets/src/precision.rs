@@ -261,7 +261,7 @@ pub fn use_precision(init: &Init) -> Html {
                 <span class="gm-of">{ format!("of {} on {}", gib(cap), e.gpu) }</span>
             </p>
             { bar(&slices, true, total, cap) }
-            <p class={classes!("gm-verdict", if e.fits { "gm-ok" } else { "gm-over" })}>
+            <p class={if e.fits { "gm-verdict gm-ok" } else { "gm-verdict gm-over" }}>
                 { if e.fits { format!("✓ {gap} headroom") }
                   else { format!("✗ exceeds {} by {gap}", e.gpu) } }
             </p>

@@ -318,7 +318,7 @@ pub fn use_remedies(init: &Init) -> Html {
                 <span class="gm-title">{ "What helps most, for this step" }</span>
                 <span class="gm-sub">{ format!("{} · b={} · s={}", e.model, k.count("batch", 1), tokens(k.count("seq", 2048))) }</span>
             </figcaption>
-            <p class={classes!("gm-verdict", if e.fits { "gm-ok" } else { "gm-over" })} data-value="verdict">
+            <p class={if e.fits { "gm-verdict gm-ok" } else { "gm-verdict gm-over" }} data-value="verdict">
                 { if e.fits {
                     format!("✓ It fits: {} of {} on {}, {} to spare.", gib(now), gib(cap), e.gpu, gib(-over))
                 } else {

@@ -416,7 +416,7 @@ pub fn use_sweep(init: &Init) -> Html {
                 <p class="gm-note">{ note }</p>
             }
             { key_legend(&keys) }
-            <p class={classes!("gm-verdict", if first.is_some() { "gm-over" } else { "gm-ok" })} data-value="verdict">{ verdict }</p>
+            <p class={if first.is_some() { "gm-verdict gm-over" } else { "gm-verdict gm-ok" }} data-value="verdict">{ verdict }</p>
             <div class="gm-controls gm-controls-inline">
                 { radio_group(format!("{uid}-scale"), "Axis",
                     vec![("linear".to_string(), "linear".to_string()), ("log".to_string(), "log (doublings)".to_string())],

@@ -328,7 +328,7 @@ pub fn use_zero(init: &Init) -> Html {
                 <ul class="gm-chips">
                     { for segments.iter().map(|s| html! {
                         <li class="gm-chip">
-                            <span class={classes!("gm-swatch", format!("gm-c-{}", s.key))} aria-hidden="true"></span>
+                            <span class={format!("gm-swatch gm-c-{}", s.key)} aria-hidden="true"></span>
                             { if stage >= s.shard_from && gpus > 1 { format!("{} / {gpus} (sharded)", s.label) } else { format!("{} (full)", s.label) } }
                         </li>
                     }) }
