@@ -568,11 +568,8 @@ pub fn use_parallelism(init: &Init) -> Html {
             <div class="gm-notes">{ for e.notes.iter().map(|m| html! { <p class="gm-note">{ m.clone() }</p> }) }</div>
             <div class="gm-scroll"><table class="gm-table gm-plan">
                 <caption>{ plan_caption }</caption>
-                <thead><tr>
-                    <th scope="col">{ "#" }</th><th scope="col">{ "dp×tp×pp×cp×ep" }</th><th scope="col">{ "Sharding" }</th>
-                    <th scope="col">{ "Micro-batch × steps" }</th><th scope="col">{ "Also" }</th>
-                    <th scope="col">{ "Per GPU" }</th><th scope="col">{ "Step (est.)" }</th><th scope="col"><span class="gm-sr">{ "Apply" }</span></th>
-                </tr></thead>
+                // A header that never changes, as one string.
+                <thead>{ Html::from_html_unchecked(AttrValue::Static(r#"<tr><th scope="col">#</th><th scope="col">dp×tp×pp×cp×ep</th><th scope="col">Sharding</th><th scope="col">Micro-batch × steps</th><th scope="col">Also</th><th scope="col">Per GPU</th><th scope="col">Step (est.)</th><th scope="col"><span class="gm-sr">Apply</span></th></tr>"#)) }</thead>
                 <tbody>{ plan_rows }</tbody>
             </table></div>
             { toolbar }
