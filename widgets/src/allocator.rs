@@ -7,6 +7,7 @@ use std::rc::Rc;
 use gpumem::{gpu, presets};
 use yew::prelude::*;
 
+use crate::chart::{el, swatch, verdict_p};
 use crate::controls::{count_slider, radio_group, select, slider};
 use crate::format::{gib, params, pct, tokens, Sum};
 use crate::parts::{self, Slice};
@@ -22,11 +23,16 @@ pub fn bar(slices: &[Slice], by_slice: bool, total: f64, cap: f64) -> Html {
             .iter()
             .filter(|b| b.bytes > 0.0)
             .map(|b| {
-                html! {
-                    <div class={format!("gm-seg gm-c-{}", b.key())}
-                        style={format!("width:{}", pct(b.bytes, scale))}
-                        title={format!("{}: {}", b.label(), sum.gib(b.bytes))}></div>
-                }
+                el(
+                    "div",
+                    &["class", "style", "title"],
+                    vec![
+                        format!("gm-seg gm-c-{}", b.key()).into(),
+                        format!("width:{}", pct(b.bytes, scale)).into(),
+                        format!("{}: {}", b.label(), sum.gib(b.bytes)).into(),
+                    ],
+                    Html::default(),
+                )
             })
             .collect()
     } else {
@@ -59,7 +65,7 @@ pub fn legend(slices: &[Slice], always: &[&str], total: f64) -> Html {
         <ul class="gm-legend">
             { for shown.into_iter().map(|(b, text)| html! {
                 <li data-bucket={b.key()}>
-                    <span class={format!("gm-swatch gm-c-{}", b.key())} aria-hidden="true"></span>
+                    { swatch(b.key()) }
                     <span class="gm-name">{ b.label() }</span>
                     <span class="gm-num">{ text }</span>
                 </li>
@@ -74,7 +80,7 @@ pub fn key_legend(keys: &[&'static str]) -> Html {
         <ul class="gm-legend">
             { for keys.iter().filter_map(|k| parts::find(k)).map(|p| html! {
                 <li data-bucket={p.key}>
-                    <span class={format!("gm-swatch gm-c-{}", p.key)} aria-hidden="true"></span>
+                    { swatch(p.key) }
                     <span class="gm-name">{ p.label }</span>
                 </li>
             }) }
@@ -410,9 +416,7 @@ pub fn use_allocator(init: &Init) -> Html {
                         <span class="gm-of">{ format!("of {cap_text} on {}", est.gpu) }</span>
                     </p>
                     { bar(&slices, show_breakdown, total, cap) }
-                    <p class={if est.fits { "gm-verdict gm-ok" } else { "gm-verdict gm-over" }} data-value="verdict">
-                        { if est.fits { "✓ " } else { "✗ " } }{ verdict }
-                    </p>
+                    { verdict_p(est.fits, format!("{}{verdict}", if est.fits { "✓ " } else { "✗ " }), true) }
                     { legend }
                     <p class="gm-note">{ phase_note }</p>
                     // In a box of their own: a note more or less must not make the controls

@@ -8,7 +8,7 @@ use gpumem::{Estimate, Scenario};
 use yew::prelude::*;
 
 use crate::allocator::{use_checked_set, use_knobs, use_live_marker};
-use crate::chart::{fit, n, refused, settings, tick_label, ticks, use_toolbar, use_width};
+use crate::chart::{el, fit, n, refused, settings, tick_label, ticks, use_toolbar, use_width};
 use crate::format::{params, tokens, wrap, Sum};
 use crate::levers::levers;
 use crate::parts;
@@ -215,10 +215,18 @@ pub fn use_breakdown(init: &Init) -> Html {
         let (y0, y1) = (y(acc), y(acc + x.bytes));
         acc += x.bytes;
         blocks[i].anchor = (y0 + y1) / 2.0;
-        rects.push(html! {
-            <rect class={format!("gm-f-{}", x.key())} x={n(bar_x)} y={n(y1)} width={n(bar_w)}
-                height={n((y0 - y1).max(0.0))}><title>{ format!("{}: {t}", x.label()) }</title></rect>
-        });
+        rects.push(el(
+            "rect",
+            &["class", "x", "y", "width", "height"],
+            vec![
+                format!("gm-f-{}", x.key()).into(),
+                n(bar_x).into(),
+                n(y1).into(),
+                n(bar_w).into(),
+                n((y0 - y1).max(0.0)).into(),
+            ],
+            html! { <title>{ format!("{}: {t}", x.label()) }</title> },
+        ));
     }
     let last = blocks.len() - 1;
     blocks[last].anchor = y(cap);
@@ -239,24 +247,37 @@ pub fn use_breakdown(init: &Init) -> Html {
         .iter()
         .map(|b| {
             let ly = b.y + shift;
-            let (class, main_class) = if b.key == "capacity" {
+            let cap = b.key == "capacity";
+            let (class, main_class) = if cap {
                 ("gm-ann gm-ann-cap".to_string(), "gm-caplabel")
             } else {
                 (format!("gm-ann gm-s-{}", b.key), "gm-ann-main")
             };
             let leader_x = if b.key == "capacity" { bar_x + bar_w + 8.0 } else { bar_x + bar_w };
-            html! {
-                <g class={class}>
-                    <polyline class={if b.key == "capacity" { "gm-leader gm-capleader" } else { "gm-leader" }} fill="none"
-                        points={format!("{},{} {},{} {},{}", n(leader_x), n(b.anchor), n(label_x - 10.0), n(ly - 4.0), n(label_x - 4.0), n(ly - 4.0))} />
-                    { for b.main.iter().enumerate().map(|(j, l)| html! {
-                        <text x={n(label_x)} y={n(ly + 13.0 * j as f64)} class={main_class}>{ l.clone() }</text>
-                    }) }
-                    { for b.lines.iter().enumerate().map(|(j, l)| html! {
-                        <text x={n(label_x)} y={n(ly + 13.0 * (b.main.len() + j) as f64)} class="gm-ann-why">{ l.clone() }</text>
-                    }) }
-                </g>
-            }
+            let points = format!("{},{} {},{} {},{}", n(leader_x), n(b.anchor), n(label_x - 10.0), n(ly - 4.0), n(label_x - 4.0), n(ly - 4.0));
+            el(
+                "g",
+                &["class"],
+                vec![class.into()],
+                html! {
+                    <>
+                        if cap {
+                            <polyline class="gm-leader gm-capleader" fill="none" {points} />
+                        } else {
+                            <polyline class="gm-leader" fill="none" {points} />
+                        }
+                        { for b.main.iter().enumerate().map(|(j, l)| el(
+                            "text",
+                            &["x", "y", "class"],
+                            vec![n(label_x).into(), n(ly + 13.0 * j as f64).into(), main_class.into()],
+                            html! { { l.clone() } },
+                        )) }
+                        { for b.lines.iter().enumerate().map(|(j, l)| html! {
+                            <text x={n(label_x)} y={n(ly + 13.0 * (b.main.len() + j) as f64)} class="gm-ann-why">{ l.clone() }</text>
+                        }) }
+                    </>
+                },
+            )
         })
         .collect();
     let axis: Html = ticks(total.max(cap))
@@ -303,9 +324,17 @@ pub fn use_breakdown(init: &Init) -> Html {
                 { for rects }
                 <line class="gm-capline" x1={n(bar_x - 6.0)} x2={n(bar_x + bar_w + 8.0)} y1={n(y(cap))} y2={n(y(cap))} />
                 { labels }
-                <text class={if over { "gm-verdict-svg gm-over" } else { "gm-verdict-svg gm-ok" }} x={n(bar_x + bar_w / 2.0)} y={n(h - 8.0)} text-anchor="middle">
-                    { if over { format!("✗ {gap} over") } else { format!("✓ {gap} free") } }
-                </text>
+                { el(
+                    "text",
+                    &["class", "x", "y", "text-anchor"],
+                    vec![
+                        (if over { "gm-verdict-svg gm-over" } else { "gm-verdict-svg gm-ok" }).into(),
+                        n(bar_x + bar_w / 2.0).into(),
+                        n(h - 8.0).into(),
+                        "middle".into(),
+                    ],
+                    html! { { if over { format!("✗ {gap} over") } else { format!("✓ {gap} free") } } },
+                ) }
             </svg>
             <p class="gm-sr" id={summary_id} aria-live="polite">{ summary }</p>
             { toolbar }

@@ -120,13 +120,72 @@ pub fn use_width() -> (NodeRef, f64) {
     (node, *width)
 }
 
+/// An element whose class is computed, built without the `class={…}` of `html!`: that goes
+/// through Yew's `Classes` (an ordered set of names, with its hashing), 3 KB of the gzipped
+/// wasm for names that are always known here as one string. `keys` name the attributes, in
+/// the order `values` gives them.
+pub fn el(
+    tag: &'static str,
+    keys: &'static [&'static str],
+    values: Vec<AttrValue>,
+    children: Html,
+) -> Html {
+    use yew::virtual_dom::{AttributeOrProperty, Attributes, VTag};
+    let mut t = VTag::new(tag);
+    t.set_attributes(Attributes::Dynamic {
+        keys,
+        values: values
+            .into_iter()
+            .map(|v| Some(AttributeOrProperty::Attribute(v)))
+            .collect(),
+    });
+    t.add_child(children);
+    t.into()
+}
+
+/// A part's colour swatch (`gm-swatch gm-c-KEY`), hidden from screen readers.
+pub fn swatch(key: &str) -> Html {
+    el(
+        "span",
+        &["class", "aria-hidden"],
+        vec![format!("gm-swatch gm-c-{key}").into(), "true".into()],
+        Html::default(),
+    )
+}
+
+/// A verdict line, `gm-ok` when `ok` and `gm-over` otherwise; with `data-value="verdict"`
+/// (what tests and readers' scripts read) when `marked`.
+pub fn verdict_p(ok: bool, text: String, marked: bool) -> Html {
+    let class = AttrValue::Static(if ok {
+        "gm-verdict gm-ok"
+    } else {
+        "gm-verdict gm-over"
+    });
+    let text = html! { { text } };
+    if marked {
+        el(
+            "p",
+            &["class", "data-value"],
+            vec![class, "verdict".into()],
+            text,
+        )
+    } else {
+        el("p", &["class"], vec![class], text)
+    }
+}
+
 /// A widget whose scenario the engine refuses: the figure with the engine's message.
 pub fn refused(widget: &'static str, root: NodeRef, err: impl std::fmt::Display) -> Html {
-    html! {
-        <figure class={format!("gm gm-{widget}")} data-widget={widget} ref={root}>
-            <p class="gm-error" role="alert">{ format!("Cannot estimate: {err}") }</p>
-        </figure>
+    let mut f = el(
+        "figure",
+        &["class", "data-widget"],
+        vec![format!("gm gm-{widget}").into(), widget.into()],
+        html! { <p class="gm-error" role="alert">{ format!("Cannot estimate: {err}") }</p> },
+    );
+    if let Html::VTag(t) = &mut f {
+        std::rc::Rc::make_mut(t).node_ref = root;
     }
+    f
 }
 
 /// The scenario in a line, for exported files: `model=llama3.1-8b · batch=1 · seq=2k`.

@@ -11,6 +11,7 @@ use web_sys::HtmlInputElement;
 use yew::prelude::*;
 
 use crate::allocator::{use_knobs, use_live_marker};
+use crate::chart::el;
 use crate::format::{count, gib, tokens};
 use crate::{quantity, Init, Knobs};
 
@@ -288,10 +289,22 @@ pub fn use_exercise(init: &Init) -> Html {
                 <input id={field} ref={input} type="text" inputmode="decimal" autocomplete="off" spellcheck="false" />
                 <button type="submit">{ "Check" }</button>
             </form>
-            <p class={match &shown { None => "gm-ex-result", Some((true, _)) => "gm-ex-result gm-ok", Some(_) => "gm-ex-result gm-over" }}
-                role="status" aria-live="polite" data-value="verdict">
-                { shown.map(|(_, m)| m).unwrap_or_default() }
-            </p>
+            { el(
+                "p",
+                &["class", "role", "aria-live", "data-value"],
+                vec![
+                    match &shown {
+                        None => "gm-ex-result",
+                        Some((true, _)) => "gm-ex-result gm-ok",
+                        Some(_) => "gm-ex-result gm-over",
+                    }
+                    .into(),
+                    "status".into(),
+                    "polite".into(),
+                    "verdict".into(),
+                ],
+                html! { { shown.map(|(_, m)| m).unwrap_or_default() } },
+            ) }
             <details class="gm-solution">
                 <summary>{ "Worked solution, with this page's numbers" }</summary>
                 { match &a {

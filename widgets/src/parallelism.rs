@@ -15,7 +15,7 @@ use web_sys::{HtmlInputElement, HtmlTextAreaElement};
 use yew::prelude::*;
 
 use crate::allocator::{legend, precision_label, use_checked_set, use_knobs, use_live_marker};
-use crate::chart::{grid, n, settings, ticks, use_toolbar, use_width};
+use crate::chart::{el, grid, n, settings, ticks, use_toolbar, use_width, verdict_p};
 use crate::controls::{radio_group, select};
 use crate::format::{gib, params, tokens, Sum};
 use crate::parts::{self, Slice};
@@ -218,15 +218,29 @@ fn stage_chart(e: &Estimate, w: f64) -> Html {
                 .map(|b| {
                     let (y0, y1) = (y(acc), y(acc + b.bytes));
                     acc += b.bytes;
-                    html! {
-                        <rect class={format!("gm-f-{}", b.key())} x={n(x)} y={n(y1)} width={n(bw)}
-                            height={n((y0 - y1).max(0.0))}><title>{ format!("{name}: {} {}", b.label(), gib(b.bytes)) }</title></rect>
-                    }
+                    el(
+                        "rect",
+                        &["class", "x", "y", "width", "height"],
+                        vec![
+                            format!("gm-f-{}", b.key()).into(),
+                            n(x).into(),
+                            n(y1).into(),
+                            n(bw).into(),
+                            n((y0 - y1).max(0.0)).into(),
+                        ],
+                        html! { <title>{ format!("{name}: {} {}", b.label(), gib(b.bytes)) }</title> },
+                    )
                 })
                 .collect();
             let over = *total > cap;
-            html! {
-                <g class={if over { "gm-stage gm-over" } else { "gm-stage" }} data-stage={i.to_string()}>
+            el(
+                "g",
+                &["class", "data-stage"],
+                vec![
+                    (if over { "gm-stage gm-over" } else { "gm-stage" }).into(),
+                    i.to_string().into(),
+                ],
+                html! { <>
                     { rects }
                     if i % label_every == 0 {
                         <text class="gm-axis-label" x={n(x + bw / 2.0)} y={n(BOTTOM + 14.0)} text-anchor="middle">
@@ -236,8 +250,8 @@ fn stage_chart(e: &Estimate, w: f64) -> Html {
                     if over {
                         <text class="gm-over-mark" x={n(x + bw / 2.0)} y={n(y(*total) - 4.0)} text-anchor="middle">{ "✗" }</text>
                     }
-                </g>
-            }
+                </> },
+            )
         })
         .collect();
     html! {
@@ -453,8 +467,8 @@ pub fn use_parallelism(init: &Init) -> Html {
                 .flatten()
                 .collect::<Vec<_>>()
                 .join(", ");
-                html! {
-                    <tr class={current.then_some("gm-current")}>
+                let cells = html! {
+                    <>
                         <td>{ i + 1 }</td>
                         <td>{ format!("{}×{}×{}×{}×{}", l.dp, l.tp, l.pp, l.cp, l.ep) }</td>
                         <td>{ zero }</td>
@@ -464,7 +478,12 @@ pub fn use_parallelism(init: &Init) -> Html {
                         <td class="gm-num">{ secs(c.step_seconds) }</td>
                         <td><button type="button" class="gm-pill" {onclick}
                             aria-label={format!("Use layout {}", i + 1)}>{ if current { "shown" } else { "use" } }</button></td>
-                    </tr>
+                    </>
+                };
+                if current {
+                    el("tr", &["class"], vec!["gm-current".into()], cells)
+                } else {
+                    el("tr", &[], Vec::new(), cells)
                 }
             })
             .collect(),
@@ -553,10 +572,8 @@ pub fn use_parallelism(init: &Init) -> Html {
             if let Some(msg) = &refused {
                 <p class="gm-error" role="alert">{ format!("Not applied: {msg}") }</p>
             }
-            <p class={if over { "gm-verdict gm-over" } else { "gm-verdict gm-ok" }}>
-                { if over { format!("✗ {} per GPU{worst}: exceeds {} on {} by {gap}", Sum::of(dev).gib(dev), gib(cap), e.gpu) }
-                  else { format!("✓ {} per GPU{worst}, {gap} headroom", Sum::of(dev).gib(dev)) } }
-            </p>
+            { verdict_p(!over, if over { format!("✗ {} per GPU{worst}: exceeds {} on {} by {gap}", Sum::of(dev).gib(dev), gib(cap), e.gpu) }
+                  else { format!("✓ {} per GPU{worst}, {gap} headroom", Sum::of(dev).gib(dev)) }, false) }
             <svg class="gm-chart" ref={svg_ref} viewBox={format!("0 0 {} {}", n(w), n(H))} role="img" aria-labelledby={summary_id.clone()}>
                 { stage_chart(&e, w) }
             </svg>

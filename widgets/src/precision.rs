@@ -11,6 +11,7 @@ use web_sys::HtmlSelectElement;
 use yew::prelude::*;
 
 use crate::allocator::{bar, legend, use_checked_set, use_knobs, use_live_marker};
+use crate::chart::verdict_p;
 use crate::controls::radio_group;
 use crate::format::{gib, Sum};
 use crate::parts;
@@ -261,10 +262,8 @@ pub fn use_precision(init: &Init) -> Html {
                 <span class="gm-of">{ format!("of {} on {}", gib(cap), e.gpu) }</span>
             </p>
             { bar(&slices, true, total, cap) }
-            <p class={if e.fits { "gm-verdict gm-ok" } else { "gm-verdict gm-over" }}>
-                { if e.fits { format!("✓ {gap} headroom") }
-                  else { format!("✗ exceeds {} by {gap}", e.gpu) } }
-            </p>
+            { verdict_p(e.fits, if e.fits { format!("✓ {gap} headroom") }
+                  else { format!("✗ exceeds {} by {gap}", e.gpu) }, false) }
             { legend(&slices, parts::always_listed(&e), total) }
             <p class="gm-sr" id={summary_id} aria-live="polite">{ summary }</p>
         </figure>

@@ -318,13 +318,11 @@ pub fn use_remedies(init: &Init) -> Html {
                 <span class="gm-title">{ "What helps most, for this step" }</span>
                 <span class="gm-sub">{ format!("{} · b={} · s={}", e.model, k.count("batch", 1), tokens(k.count("seq", 2048))) }</span>
             </figcaption>
-            <p class={if e.fits { "gm-verdict gm-ok" } else { "gm-verdict gm-over" }} data-value="verdict">
-                { if e.fits {
+            { crate::chart::verdict_p(e.fits, if e.fits {
                     format!("✓ It fits: {} of {} on {}, {} to spare.", gib(now), gib(cap), e.gpu, gib(-over))
                 } else {
                     format!("✗ It does not fit: {} of {} on {}, {} over.", gib(now), gib(cap), e.gpu, gib(over))
-                } }
-            </p>
+                }, true) }
             <ol class="gm-remedy-list" {onclick}>{ Html::from_html_unchecked(list.into()) }</ol>
             <p class="gm-sr" aria-live="polite">{ summary }</p>
             <p class="gm-note">{ "Savings are of the device total (peak, allocator reserve and CUDA context): what decides whether a step fits." }</p>

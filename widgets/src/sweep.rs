@@ -6,7 +6,9 @@
 use yew::prelude::*;
 
 use crate::allocator::{key_legend, use_checked_set, use_knobs, use_live_marker};
-use crate::chart::{fit, n, settings, text_width, tick_label, ticks_n, use_toolbar, use_width};
+use crate::chart::{
+    el, fit, n, settings, text_width, tick_label, ticks_n, use_toolbar, use_width, verdict_p,
+};
 use crate::controls::radio_group;
 use crate::format::{count, gib, tokens};
 use crate::levers::levers;
@@ -295,9 +297,12 @@ pub fn use_sweep(init: &Init) -> Html {
                 .map(|i| format!("{},{}", n(x(i)), n(y(below[i])))),
         );
         let name = parts::find(key).map_or("", |p| p.label);
-        layers.push(html! {
-            <polygon class={format!("gm-f-{key}")} points={pts.join(" ")}><title>{ name }</title></polygon>
-        });
+        layers.push(el(
+            "polygon",
+            &["class", "points"],
+            vec![format!("gm-f-{key}").into(), pts.join(" ").into()],
+            html! { <title>{ name }</title> },
+        ));
         below = upper;
     }
     // What goes beyond the top: a mark at the edge over each such sample.
@@ -416,7 +421,7 @@ pub fn use_sweep(init: &Init) -> Html {
                 <p class="gm-note">{ note }</p>
             }
             { key_legend(&keys) }
-            <p class={if first.is_some() { "gm-verdict gm-over" } else { "gm-verdict gm-ok" }} data-value="verdict">{ verdict }</p>
+            { verdict_p(first.is_none(), verdict, true) }
             <div class="gm-controls gm-controls-inline">
                 { radio_group(format!("{uid}-scale"), "Axis",
                     vec![("linear".to_string(), "linear".to_string()), ("log".to_string(), "log (doublings)".to_string())],

@@ -8,7 +8,7 @@ use gpumem::num::fixed;
 use yew::prelude::*;
 
 use crate::allocator::{use_knobs, use_live_marker};
-use crate::chart::{fit, n, settings, use_toolbar, use_width};
+use crate::chart::{el, fit, n, settings, swatch, use_toolbar, use_width};
 use crate::controls::{radio_group, slider};
 use crate::format::{gib, params, Sum};
 use crate::parts;
@@ -224,7 +224,12 @@ pub fn use_zero(init: &Init) -> Html {
                 <text x="4" y={n(y - 6.0)} class="gm-ann-main">{ fit(&label, bar_w) }</text>
                 { for segments.iter().zip(bytes).map(|(s, b)| {
                     let sw = bar_w * b / scale;
-                    let r = html! { <rect class={format!("gm-f-{}", s.key)} x={n(x)} y={n(y)} width={n(sw)} height="30"><title>{ format!("{}: {}", s.label, gib(*b)) }</title></rect> };
+                    let r = el(
+                        "rect",
+                        &["class", "x", "y", "width", "height"],
+                        vec![format!("gm-f-{}", s.key).into(), n(x).into(), n(y).into(), n(sw).into(), "30".into()],
+                        html! { <title>{ format!("{}: {}", s.label, gib(*b)) }</title> },
+                    );
                     x += sw;
                     r
                 }) }
@@ -328,7 +333,7 @@ pub fn use_zero(init: &Init) -> Html {
                 <ul class="gm-chips">
                     { for segments.iter().map(|s| html! {
                         <li class="gm-chip">
-                            <span class={format!("gm-swatch gm-c-{}", s.key)} aria-hidden="true"></span>
+                            { swatch(&s.key) }
                             { if stage >= s.shard_from && gpus > 1 { format!("{} / {gpus} (sharded)", s.label) } else { format!("{} (full)", s.label) } }
                         </li>
                     }) }
