@@ -46,13 +46,15 @@ fn read(p: &Path) -> String {
     std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
-/// The allocator's numbers for the first chapter's scenario, as the engine computes them.
+/// The allocator widget's numbers for the first chapter's scenario, as the engine computes
+/// them for the widgets (the caching allocator not replayed).
 fn budget_estimate() -> gpumem::Estimate {
     gpumem::knobs::scenario([
         ("model", "llama3.1-8b"),
         ("batch", "1"),
         ("seq", "2k"),
         ("precision", "bf16"),
+        ("allocator", "none"),
     ])
     .and_then(|s| gpumem::estimate(&s))
     .unwrap()
@@ -69,7 +71,11 @@ fn pages_carry_the_numbers_before_any_script_runs() {
         "activations"
     );
     assert!(html.contains(&gib(e.components["logits"] as f64)), "logits");
-    assert!(html.contains(&format!("{} headroom", gib(e.headroom_bytes as f64))));
+    // The headroom as the bar states it: capacity and total in the same rounding.
+    let (cap, total) = (e.capacity_bytes as f64, e.device_bytes as f64);
+    let sum = gpumem_widgets::format::Sum::of(total.max(cap));
+    let gap = sum.show(sum.units(cap) - sum.units(total));
+    assert!(html.contains(&format!("{gap} headroom")), "{gap}");
     // KaTeX typeset at build time, styled from the site itself.
     assert!(html.contains(r#"class="katex""#));
     assert!(html.contains(r#"href="katex/katex.min.css""#));
@@ -1663,4 +1669,32 @@ fn the_diffs_steps_add_up_to_the_difference_of_the_two_peaks() {
         .unwrap()
         .contains("recompute=full"));
     assert_no_console_errors(&c);
+}
+
+/// The peak chapter's section on reserved memory: the caching allocator replayed when the
+/// book is built (the wasm does not carry the replay), its figures and the segments drawn
+/// for the page's scenario, with no host element (the browser keeps them as drawn).
+#[test]
+fn the_allocator_section_carries_the_replayed_figures() {
+    let html = read(&site().dest.join("peak.html"));
+    let e = gpumem::knobs::scenario([
+        ("model", "llama3.1-8b"),
+        ("batch", "1"),
+        ("seq", "2k"),
+        ("precision", "bf16"),
+    ])
+    .and_then(|s| gpumem::estimate(&s))
+    .unwrap();
+    assert!(e.reserved_replayed && e.fits);
+    for (q, b) in [
+        ("reserved", e.peak_reserved_bytes),
+        ("nvidia_smi", e.device_bytes),
+        ("largest_free_block", e.largest_free_block_bytes),
+    ] {
+        let shown = format!(r#"data-quantity="{q}">{}<"#, gib(b as f64));
+        assert!(html.contains(&shown), "{shown}");
+    }
+    assert!(html.contains(r#"data-widget="segments""#));
+    assert!(html.contains("gm-blk-a"));
+    assert!(!html.contains(r#"&quot;widget&quot;:&quot;segments&quot;"#));
 }

@@ -512,7 +512,11 @@ mod tests {
         let e = i.knobs.estimate().unwrap();
         assert!(html.contains(r#"data-widget="allocator""#));
         assert!(html.contains(&gib(e.device_bytes as f64)), "{html}");
-        assert!(html.contains(&format!("{} headroom", gib(e.headroom_bytes as f64))));
+        // The headroom as the bar states it: capacity and total in the same rounding.
+        let (cap, total) = (e.capacity_bytes as f64, e.device_bytes as f64);
+        let sum = Sum::of(total.max(cap));
+        let gap = sum.show(sum.units(cap) - sum.units(total));
+        assert!(html.contains(&format!("{gap} headroom")), "{gap}");
         assert!(html.contains(&gib(e.components["activations"] as f64)));
         assert!(html.contains(&gib(e.components["logits"] as f64)));
         assert!(html.contains(r#"role="radiogroup""#));

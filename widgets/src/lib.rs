@@ -29,6 +29,10 @@ pub mod parts;
 pub mod precision;
 pub mod quantity;
 pub mod remedies;
+/// Drawn when the book is built, never in the browser (it would cost the wasm a second
+/// replay's code).
+#[cfg(not(target_arch = "wasm32"))]
+pub mod segments;
 pub mod store;
 pub mod sweep;
 pub mod timeline;
@@ -79,7 +83,8 @@ impl Knobs {
         gpumem::knobs::scenario(self.0.iter().map(|(k, v)| (k.as_str(), v.as_str())))
     }
 
-    /// The engine's estimate for these knobs. The last few are remembered: a page's widgets
+    /// The engine's estimate for these knobs, the caching allocator not replayed. The last
+    /// few are remembered: a page's widgets
     /// (a bar, a timeline, a breakdown, formulas and values, each its own app) ask for the same
     /// scenario, and a sweep asks again for its points when it is redrawn.
     pub fn estimate(&self) -> gpumem::Result<gpumem::Estimate> {
@@ -95,7 +100,14 @@ impl Knobs {
         }) {
             return hit;
         }
-        let e = self.scenario().and_then(|s| gpumem::estimate(&s));
+        // The caching allocator is not replayed here, in the book's build as in the browser
+        // (whose wasm does not carry the replay): a widget shows the same figures before and
+        // once it is live. The book's replayed figures are drawn at build time instead
+        // (`segments`, and the `value`s of reserved memory).
+        let e = self.scenario().and_then(|mut s| {
+            s.allocator.replay = false;
+            gpumem::estimate(&s)
+        });
         RECENT.with(|r| {
             let mut r = r.borrow_mut();
             if r.len() >= ESTIMATES_REMEMBERED {
@@ -229,6 +241,7 @@ pub const RENDERED: &[&str] = &[
     "exercise",
     "ledger",
     "remedies",
+    "segments",
 ];
 
 /// Widgets that sit inside a sentence (their host is a `span`).
@@ -286,6 +299,15 @@ pub fn render(init: &Init) -> Result<String, String> {
             "the {} widget is not built yet (built: {})",
             init.widget,
             RENDERED.join(", ")
+        ));
+    }
+    // The segments are drawn at build time only, with the allocator replayed: a component
+    // of their own, natively.
+    if init.widget == "segments" {
+        return Ok(futures::executor::block_on(
+            yew::LocalServerRenderer::<segments::Segments>::with_props(init.clone())
+                .hydratable(false)
+                .render(),
         ));
     }
     Ok(futures::executor::block_on(
@@ -348,7 +370,8 @@ pub fn start() {
         store::url::read(&d.page, &d.knobs);
     }
     for (el, init) in widgets {
-        if RENDERED.contains(&init.widget.as_str()) {
+        // (The segments are drawn at build time: the browser keeps them as drawn.)
+        if RENDERED.contains(&init.widget.as_str()) && init.widget != "segments" {
             yew::Renderer::<Widget>::with_root_and_props(el, init).render();
         }
     }

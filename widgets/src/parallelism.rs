@@ -7,7 +7,6 @@ use gpumem::num::fixed;
 use std::rc::Rc;
 
 use gpumem::arch::{Architecture, Family};
-use gpumem::estimate::reserve_for;
 use gpumem::plan::{Candidate, Plan, Request};
 use gpumem::scenario::Model;
 use gpumem::{gpu, hf, knobs, presets, Estimate, Scenario};
@@ -191,7 +190,7 @@ fn stage_chart(e: &Estimate, w: f64) -> Html {
         e.stages
             .iter()
             .map(|st| {
-                let overhead = (e.cuda_context_bytes + reserve_for(st.peak_bytes)) as f64;
+                let overhead = e.cuda_context_bytes as f64;
                 let b = parts::slices(&st.components, overhead);
                 let total = b.iter().map(|x| x.bytes).sum();
                 (format!("stage {}", st.stage), b, total)

@@ -51,7 +51,7 @@ pub const PARTS: &[Part] = &[
     part("comm", "Communication buffers", &["comm_buffers"], false),
     part("temporaries", "Temporaries", &["temporaries"], false),
     part("other", "Other", &[], false),
-    part("overhead", "CUDA context + reserve", &[], false),
+    part("overhead", "CUDA context + allocator cache", &[], false),
 ];
 
 /// The part a key names.
@@ -108,7 +108,7 @@ pub fn slices(components: &Components, overhead: f64) -> Vec<Slice> {
 pub fn of_estimate(e: &Estimate) -> Vec<Slice> {
     slices(
         &e.components,
-        (e.cuda_context_bytes + e.allocator_reserve_bytes) as f64,
+        (e.cuda_context_bytes + e.allocator_reserve_bytes + e.managed_bytes) as f64,
     )
 }
 

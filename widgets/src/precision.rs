@@ -4,7 +4,7 @@
 
 use gpumem::dtype::DType;
 use gpumem::num::fixed;
-use gpumem::precision::{Optimizer, Precision};
+use gpumem::precision::Precision;
 use gpumem::scenario::{Finetune, Mode};
 use gpumem::{Estimate, Scenario};
 use web_sys::HtmlSelectElement;
@@ -51,11 +51,11 @@ pub fn current_recipe(s: &Scenario, k: &Knobs) -> String {
     if matches!(&s.finetune, Finetune::Lora(l) if l.quantized) {
         return "qlora".into();
     }
-    if s.optimizer == Optimizer::Adam8bit && k.get("precision") == Some("mixed-bf16") {
+    if s.optimizer.eight_bit() && k.get("precision") == Some("mixed-bf16") {
         return "adam-8bit".into();
     }
     let p = k.get("precision").unwrap_or("bf16");
-    if RECIPES.iter().any(|(r, _)| *r == p) && s.optimizer != Optimizer::Adam8bit {
+    if RECIPES.iter().any(|(r, _)| *r == p) && !s.optimizer.eight_bit() {
         p.into()
     } else {
         String::new()

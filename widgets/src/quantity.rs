@@ -32,6 +32,12 @@ pub fn value(e: &Estimate, q: &str) -> Option<f64> {
         "device" => e.device_bytes as f64,
         "cuda_context" => e.cuda_context_bytes as f64,
         "reserve" => e.allocator_reserve_bytes as f64,
+        "reserved" => e.peak_reserved_bytes as f64,
+        "reserved_unallocated" => e.reserved_unallocated_bytes as f64,
+        "largest_free_block" => e.largest_free_block_bytes as f64,
+        "segments" => e.segments as f64,
+        "cublas_workspace" => e.cublas_workspace_bytes as f64,
+        "nvidia_smi" => e.device_bytes as f64,
         _ => return None,
     })
 }
@@ -47,6 +53,9 @@ pub fn show(e: &Estimate, q: &str, format: &str) -> String {
         return "?".into();
     };
     let counted = matches!(q, "params" | "trainable_params");
+    if q == "segments" {
+        return count(v.max(0.0) as u64);
+    }
     match format {
         "bytes" => format!("{} B", count(v.max(0.0) as u64)),
         "gb" => format!("{} GB", fixed(v / 1e9, 1)),
@@ -93,7 +102,7 @@ pub fn tex(q: &str) -> Option<&'static str> {
             r"M_\text{KV} = L \cdot b \, (s + n - 1) \cdot 2 \, n_{kv} \, d_h \cdot b_{kv}"
         }
         "peak" => r"M_\text{peak} = \sum_{c \,\in\, \text{alive at the peak}} M_c",
-        "device" => r"M_\text{device} = M_\text{peak} + M_\text{reserve} + M_\text{CUDA}",
+        "device" => r"M_\text{device} = M_\text{peak} + M_\text{cache} + M_\text{CUDA}",
         "headroom" => r"\text{headroom} = \text{capacity} - M_\text{device}",
         "params" => {
             r"\Psi = V h\,(1 + [\text{untied}]) + L \cdot \Psi_{\text{layer}} + \Psi_{\text{norm}}"

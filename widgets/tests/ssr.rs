@@ -238,7 +238,7 @@ fn zero_shards_the_engine_states_and_names_each_slice() {
     // The chips carry the parts' colours.
     assert!(
         html.contains(
-            r#"<li class="gm-chip"><span aria-hidden="true" class="gm-swatch gm-c-master">"#
+            r#"<li class="gm-chip"><span class="gm-swatch gm-c-master" aria-hidden="true">"#
         ),
         "{html}"
     );

@@ -150,7 +150,7 @@ pub struct ScenarioFlags {
     #[arg(long, value_name = "RECIPE", help_heading = "Run")]
     pub precision: Option<String>,
 
-    /// adamw, adam, sgd, sgd-momentum, adafactor or adamw-8bit [default: adam]
+    /// adamw, adam, sgd, sgd-momentum, adafactor, adamw-8bit or paged-adamw-8bit [default: adam]
     #[arg(long, value_name = "NAME", help_heading = "Run")]
     pub optimizer: Option<String>,
 
@@ -174,9 +174,11 @@ pub struct ScenarioFlags {
     #[arg(long, value_name = "NAME", help_heading = "Run")]
     pub gpu: Option<String>,
 
-    /// PyTorch's caching allocator: default or expandable [default: default]
+    /// PyTorch's caching allocator: default, expandable or none [default: default]
     ///
-    /// expandable: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.
+    /// The run is replayed through the allocator's rules for the reserved and nvidia-smi
+    /// figures. expandable: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; none: no replay
+    /// (reserved = allocated). A scenario file may also give {"max_split_size_mb": N}.
     #[arg(long, value_name = "MODE", help_heading = "Run")]
     pub allocator: Option<String>,
 

@@ -246,12 +246,57 @@ fn table(e: &Estimate) -> String {
         line(&mut s, "KV cache (final)", gib(e.kv_cache_bytes as f64));
     }
     line(&mut s, "model states", gib(e.model_states_bytes as f64));
-    line(
-        &mut s,
-        "allocator reserve (est.)",
-        gib(e.allocator_reserve_bytes as f64),
-    );
+    if e.reserved_replayed {
+        line(
+            &mut s,
+            "reserved (peak)",
+            format!(
+                "{}  {} allocator, {} segments",
+                gib(e.peak_reserved_bytes as f64),
+                e.allocator,
+                e.segments
+            ),
+        );
+        line(
+            &mut s,
+            "  unallocated at peak",
+            format!(
+                "{}  (largest free block {}{})",
+                gib(e.reserved_unallocated_bytes as f64),
+                gib(e.largest_free_block_bytes as f64),
+                if e.fragmentation_oom {
+                    "; out of memory from fragmentation"
+                } else {
+                    ""
+                }
+            ),
+        );
+        line(
+            &mut s,
+            "  cuBLAS workspaces",
+            format!(
+                "{}  (inside reserved)",
+                gib(e.cublas_workspace_bytes as f64)
+            ),
+        );
+    } else {
+        line(
+            &mut s,
+            "reserved (peak)",
+            format!(
+                "{}  (allocated; not replayed)",
+                gib(e.peak_reserved_bytes as f64)
+            ),
+        );
+    }
     line(&mut s, "CUDA context", gib(e.cuda_context_bytes as f64));
+    if e.managed_bytes > 0 {
+        line(
+            &mut s,
+            "managed (paged states)",
+            gib(e.managed_bytes as f64),
+        );
+    }
     line(
         &mut s,
         "device total (nvidia-smi)",

@@ -18,6 +18,18 @@ fn bench(c: &mut Criterion) {
             json!({"model": "mixtral-8x7b", "batch": 2, "seq": 4096, "precision": "amp-bf16"}),
         ),
         (
+            "llama3.2-1b train bf16, caching allocator replayed",
+            json!({"model": "llama3.2-1b", "batch": 4, "seq": 2048, "precision": "bf16"}),
+        ),
+        (
+            "llama3.2-1b train bf16, allocator not replayed",
+            json!({"model": "llama3.2-1b", "batch": 4, "seq": 2048, "precision": "bf16", "allocator": "none"}),
+        ),
+        (
+            "qwen2.5-0.5b train bf16, caching allocator replayed",
+            json!({"model": "qwen2.5-0.5b", "batch": 4, "seq": 2048, "precision": "bf16"}),
+        ),
+        (
             "llama3.1-70b inference",
             json!({"model": "llama3.1-70b", "mode": "inference", "batch": 8, "seq": 8192, "new_tokens": 256}),
         ),

@@ -43,11 +43,36 @@ pub struct Estimate {
     pub kv_cache_bytes: u64,
     /// CPU memory this GPU's process needs for what is offloaded to it.
     pub host_bytes: u64,
-    /// What the caching allocator is expected to reserve beyond the peak (fragmentation).
+    /// What PyTorch's caching allocator holds beyond the allocated peak at its reserved high:
+    /// `peak_reserved_bytes − peak_bytes`.
     pub allocator_reserve_bytes: u64,
+    /// The caching allocator's settings the reserved figures are for: "default" or
+    /// "expandable" (`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`).
+    pub allocator: String,
+    /// Predicted `torch.cuda.max_memory_reserved()`: the run replayed through the caching
+    /// allocator's rules ([`crate::alloc`]). Where the replay does not cover the layout
+    /// (`reserved_replayed` false), the allocated peak.
+    pub peak_reserved_bytes: u64,
+    pub reserved_replayed: bool,
+    /// At the allocated peak of the measured step: reserved but not allocated (the cache's
+    /// fragmentation), the largest cached free block (a larger request then needs a new
+    /// segment from CUDA however much is cached), and the segments held.
+    pub reserved_unallocated_bytes: u64,
+    pub largest_free_block_bytes: u64,
+    pub segments: u64,
+    /// The run fails with "CUDA out of memory … reserved but unallocated": the replayed
+    /// allocator runs out of device although the allocated peak and the CUDA context fit.
+    pub fragmentation_oom: bool,
+    /// cuBLAS's workspaces, which PyTorch allocates through its caching allocator (counted
+    /// in the reserved figures): one per thread that runs a matmul, the forward's and
+    /// autograd's.
+    pub cublas_workspace_bytes: u64,
     /// The CUDA context (outside PyTorch's allocator; nvidia-smi counts it).
     pub cuda_context_bytes: u64,
-    /// Expected nvidia-smi reading: peak + allocator reserve + CUDA context.
+    /// Device memory outside PyTorch's allocator besides the context: bitsandbytes' paged
+    /// optimizer states (CUDA managed memory), while they are resident.
+    pub managed_bytes: u64,
+    /// Expected nvidia-smi reading: reserved + CUDA context + managed memory.
     pub device_bytes: u64,
     pub gpu: String,
     pub capacity_bytes: u64,
@@ -62,15 +87,6 @@ pub struct Estimate {
     /// What is approximated or not modelled for this scenario.
     pub notes: Vec<String>,
 }
-
-/// Bytes the caching allocator is expected to reserve beyond a peak, in 2 MiB pages.
-pub fn reserve_for(peak_bytes: u64) -> u64 {
-    (peak_bytes as f64 * ALLOCATOR_RESERVE_FRACTION / 2097152.0).ceil() as u64 * 2097152
-}
-
-/// The fragmentation the caching allocator adds on top of the peak, as a fraction: the
-/// median of `peak_reserved / peak_step − 1` over the calibration runs (7 %, spread 1–20 %).
-pub const ALLOCATOR_RESERVE_FRACTION: f64 = 0.07;
 
 /// The largest byte figure the engine reports: 2^60 bytes (1 EiB), about fourteen million
 /// H100s. Figures are computed in `f64` (which cannot wrap) and checked against this bound
@@ -164,6 +180,7 @@ pub fn estimate(s: &Scenario) -> Result<Estimate> {
 
     let mut timeline = Vec::new();
     let mut kv_cache_bytes = 0u64;
+    let mut replayed = None;
     let (peak, mut phase, at_peak) = match arch {
         None => {
             notes.push("only a parameter count was given: activations, logits and the KV cache are not modelled".into());
@@ -193,6 +210,7 @@ pub fn estimate(s: &Scenario) -> Result<Estimate> {
             }
             if train {
                 let r = train_step(s, a, base, grads, grads_full, &mut timeline);
+                replayed = r.3;
                 (r.0, r.1, r.2)
             } else {
                 let (p, ph, kv, at) = inference(s, a, weights, &mut timeline);
@@ -241,9 +259,14 @@ pub fn estimate(s: &Scenario) -> Result<Estimate> {
     }
     let components = bounded_components(&parts)?;
     let peak_bytes: u64 = components.values().sum();
-    let reserve = reserve_for(peak_bytes);
-    let device = peak_bytes + reserve + CUDA_CONTEXT_BYTES;
-    let headroom = headroom(s.capacity_bytes, device);
+    // A paged optimizer's managed states, sharded as its other states are.
+    let managed = if states.optimizer > 0.0 {
+        states.managed * dp.optim / states.optimizer
+    } else {
+        states.managed
+    };
+    let r = Reserved::new(s, peak_bytes, replayed, managed, &mut notes);
+    let headroom = headroom(s.capacity_bytes, r.device);
     cap_timeline(&mut timeline, peak_bytes);
     let p = match arch {
         Some(a) => a.params(),
@@ -278,17 +301,124 @@ pub fn estimate(s: &Scenario) -> Result<Estimate> {
         optimizer_states_bytes: optim.round() as u64,
         kv_cache_bytes,
         host_bytes: dp.host.round() as u64,
-        allocator_reserve_bytes: reserve,
+        allocator_reserve_bytes: r.peak.saturating_sub(peak_bytes),
+        allocator: s.allocator.name(),
+        peak_reserved_bytes: r.peak,
+        reserved_replayed: r.replayed,
+        reserved_unallocated_bytes: r.unallocated,
+        largest_free_block_bytes: r.largest,
+        segments: r.segments,
+        fragmentation_oom: r.fragmentation_oom,
+        cublas_workspace_bytes: r.workspaces,
         cuda_context_bytes: CUDA_CONTEXT_BYTES,
-        device_bytes: device,
+        managed_bytes: r.managed,
+        device_bytes: r.device,
         gpu: s.gpu_name.clone(),
         capacity_bytes: s.capacity_bytes,
-        fits: headroom >= 0,
+        fits: headroom >= 0 && !r.oom,
         headroom_bytes: headroom,
         timeline,
         stages: Vec::new(),
         notes,
     })
+}
+
+/// The reserved figures of an estimate: from the allocator replay where it covers the
+/// scenario, else the allocated peak (with a note saying so).
+struct Reserved {
+    peak: u64,
+    replayed: bool,
+    unallocated: u64,
+    largest: u64,
+    segments: u64,
+    oom: bool,
+    fragmentation_oom: bool,
+    workspaces: u64,
+    managed: u64,
+    device: u64,
+}
+
+impl Reserved {
+    fn new(
+        s: &Scenario,
+        peak_bytes: u64,
+        o: Option<crate::alloc::stream::Outcome>,
+        managed: f64,
+        notes: &mut Vec<String>,
+    ) -> Reserved {
+        let managed = managed.round() as u64;
+        if managed > 0 {
+            notes.push(format!(
+                "paged 8-bit optimizer: {} of its states in CUDA managed memory, outside PyTorch's allocator (not in the peak or the reserved memory; nvidia-smi counts them while they are resident, and the driver pages them to the host when the device runs short)",
+                crate::num::bytes_words(managed as f64)
+            ));
+        }
+        match o {
+            Some(o) if cfg!(not(target_arch = "wasm32")) => {
+                // The replay's reserved high, never below what the tensors need; when the
+                // device runs out, what it held and the segment it could not get.
+                let held = match o.oom {
+                    Some(e) => o.stats.reserved.saturating_add(e.alloc_size),
+                    None => o.stats.peak_reserved,
+                };
+                let peak = held.max(peak_bytes);
+                let oom = o.oom.is_some();
+                let fragmentation_oom =
+                    oom && peak_bytes.saturating_add(CUDA_CONTEXT_BYTES) <= s.capacity_bytes;
+                if let Some(e) = o.oom {
+                    notes.push(format!(
+                        "the caching allocator runs out of device memory: a request of {} finds no cached block and CUDA cannot give {} more with {} reserved{}",
+                        crate::num::bytes_words(e.size as f64),
+                        crate::num::bytes_words(e.alloc_size as f64),
+                        crate::num::bytes_words(e.reserved as f64),
+                        if fragmentation_oom {
+                            " (\"reserved but unallocated\": fragmentation, not the tensors, fills the device)"
+                        } else {
+                            ""
+                        }
+                    ));
+                }
+                if o.extrapolated > 0 {
+                    notes.push(format!(
+                        "reserved memory: the allocator was replayed over the first {} layers; the other {} are counted as the last ones reserved",
+                        o.layers, o.extrapolated
+                    ));
+                }
+                let (at_reserved, at_allocated, largest) = o.at_peak;
+                Reserved {
+                    peak,
+                    replayed: true,
+                    unallocated: at_reserved.saturating_sub(at_allocated),
+                    largest,
+                    segments: o.stats.segments,
+                    oom,
+                    fragmentation_oom,
+                    workspaces: o.workspaces,
+                    managed,
+                    device: peak + CUDA_CONTEXT_BYTES + managed,
+                }
+            }
+            _ => {
+                notes.push(if s.allocator.replay {
+                    "reserved memory: PyTorch's caching allocator is replayed for full training on one GPU; for this scenario the reserved and nvidia-smi figures count the allocated peak, without the allocator's fragmentation".into()
+                } else {
+                    "reserved memory: the caching allocator is not replayed here; the reserved and nvidia-smi figures count the allocated peak".into()
+                });
+                Reserved {
+                    peak: peak_bytes,
+                    replayed: false,
+                    unallocated: 0,
+                    largest: 0,
+                    segments: 0,
+                    oom: false,
+                    fragmentation_oom: false,
+                    workspaces: 0,
+                    managed,
+                    device: peak_bytes + CUDA_CONTEXT_BYTES + managed,
+                }
+            }
+        }
+    }
 }
 
 /// One pipeline stage as one of its GPUs sees it.
@@ -581,8 +711,7 @@ fn pytorch_dp(s: &Scenario, name: &str, model: &Architecture) -> Result<Estimate
     let prog = &st.prog;
     let components = bounded_components(&parts_of(st))?;
     let peak_bytes: u64 = components.values().sum();
-    let reserve = reserve_for(peak_bytes);
-    let device = peak_bytes + reserve + CUDA_CONTEXT_BYTES;
+    let r = Reserved::new(s, peak_bytes, None, 0.0, &mut notes);
     let mut timeline: Vec<Point> = prog
         .points
         .iter()
@@ -617,13 +746,22 @@ fn pytorch_dp(s: &Scenario, name: &str, model: &Architecture) -> Result<Estimate
         optimizer_states_bytes: base.get(Cat::Optimizer).round() as u64,
         kv_cache_bytes: 0,
         host_bytes: st.host.round() as u64,
-        allocator_reserve_bytes: reserve,
+        allocator_reserve_bytes: 0,
+        allocator: s.allocator.name(),
+        peak_reserved_bytes: r.peak,
+        reserved_replayed: false,
+        reserved_unallocated_bytes: 0,
+        largest_free_block_bytes: 0,
+        segments: 0,
+        fragmentation_oom: false,
+        cublas_workspace_bytes: 0,
         cuda_context_bytes: CUDA_CONTEXT_BYTES,
-        device_bytes: device,
+        managed_bytes: r.managed,
+        device_bytes: r.device,
         gpu: s.gpu_name.clone(),
         capacity_bytes: s.capacity_bytes,
-        fits: device <= s.capacity_bytes,
-        headroom_bytes: headroom(s.capacity_bytes, device),
+        fits: r.device <= s.capacity_bytes,
+        headroom_bytes: headroom(s.capacity_bytes, r.device),
         timeline,
         stages: stage_list,
         notes,
@@ -945,16 +1083,9 @@ fn rank_step(
     base.add(Cat::Optimizer, optim);
     let m = par.grad_accum;
     let h = a.hidden as f64;
-    // Pipeline stages: the tensor a chunk receives and sends.
-    // (Megatron holds its parameters and its residual stream in the compute dtype, autocast
-    // or not.)
-    let act = ctx.tsp
-        * h
-        * if ctx.autocast && !ctx.megatron {
-            4.0
-        } else {
-            ctx.c.bytes()
-        };
+    // Pipeline stages: the tensor a chunk receives and sends, the residual stream (fp32
+    // under autocast: the parameters, so the embedding's output, are fp32).
+    let act = ctx.tsp * h * if ctx.autocast { 4.0 } else { ctx.c.bytes() };
     if pp > 1 && !megatron {
         // torch.distributed.pipelining: one receive buffer per micro-batch for each chunk's
         // input (not the first virtual stage) and one for its output's gradient (not the
@@ -1057,7 +1188,7 @@ fn rank_step(
     }
     let opt_temp = match s.optimizer {
         Optimizer::Adafactor => largest_param(a) as f64 * p.optimizer.bytes() * 2.0,
-        Optimizer::Adam8bit => largest_param(a) as f64 * 4.0 * 2.0,
+        Optimizer::Adam8bit | Optimizer::PagedAdam8bit => largest_param(a) as f64 * 4.0 * 2.0,
         _ => 0.0,
     } + if fsdp { 0.0 } else { emb_rows };
     if pp > 1 {
@@ -1360,7 +1491,10 @@ pub(crate) struct ModelStates {
     pub weights: f64,
     pub master: f64,
     pub grads: f64,
+    /// The optimizer's states in PyTorch's allocator, and those in CUDA managed memory
+    /// (a paged 8-bit optimizer's).
     pub optimizer: f64,
+    pub managed: f64,
     pub trainable_params: u64,
 }
 
@@ -1388,6 +1522,10 @@ impl ModelStates {
                     .iter()
                     .map(|&(k, r, c)| k as f64 * opt.state_bytes(r, c, state_dtype))
                     .sum();
+                let managed: f64 = tensors
+                    .iter()
+                    .map(|&(k, r, c)| k as f64 * opt.managed_bytes(r, c))
+                    .sum();
                 let weights = match arch {
                     Some(a) if !p.weights.is_float_compute() => {
                         quantized_weights(a, p.weights, p.compute())
@@ -1408,6 +1546,7 @@ impl ModelStates {
                     },
                     grads: if train { nf * p.grads.bytes() } else { 0.0 },
                     optimizer: if train { optimizer } else { 0.0 },
+                    managed: if train { managed } else { 0.0 },
                     trainable_params: if train { n } else { 0 },
                 }
             }
@@ -1425,11 +1564,16 @@ impl ModelStates {
                     .iter()
                     .map(|&(k, r, c)| k as f64 * opt.state_bytes(r, c, DType::F32))
                     .sum();
+                let managed: f64 = adapters
+                    .iter()
+                    .map(|&(k, r, c)| k as f64 * opt.managed_bytes(r, c))
+                    .sum();
                 ModelStates {
                     weights: base + af * 4.0,
                     master: 0.0,
                     grads: if train { af * 4.0 } else { 0.0 },
                     optimizer: if train { optimizer } else { 0.0 },
+                    managed: if train { managed } else { 0.0 },
                     trainable_params: if train { af as u64 } else { 0 },
                 }
             }
@@ -1557,6 +1701,7 @@ pub(crate) fn train_program(
     grads: f64,
     grads_full: f64,
     record: bool,
+    scripts: bool,
 ) -> TrainProgram {
     let ctx = Ctx::new(s, a, true);
     let mode = if s.recompute == Recompute::Full {
@@ -1564,12 +1709,18 @@ pub(crate) fn train_program(
     } else {
         tape::Mode::Normal
     };
+    // `record`: every stretch's events (the op-level timeline); `scripts`: the first
+    // micro-batch's allocation scripts (the caching allocator's replay).
     let build = if record {
         Stretches::traced
     } else {
         Stretches::new
     };
-    let mut first = build(&ctx, mode, tape::Grads::New);
+    let mut first = if scripts {
+        Stretches::scripted(&ctx, mode, tape::Grads::New)
+    } else {
+        build(&ctx, mode, tape::Grads::New)
+    };
     // ZeRO-2/3 and FSDP reduce-scatter each unit's gradients as its backward ends: only this
     // rank's shard accumulates (the unit's whole gradients are a buffer counted apart).
     if grads < grads_full && grads_full > 0.0 {
@@ -1582,7 +1733,7 @@ pub(crate) fn train_program(
     // Optimizer step: non-fused temporaries.
     let opt_temp = match s.optimizer {
         Optimizer::Adafactor => largest_param(a) as f64 * s.precision.optimizer.bytes() * 2.0,
-        Optimizer::Adam8bit => largest_param(a) as f64 * 4.0 * 2.0,
+        Optimizer::Adam8bit | Optimizer::PagedAdam8bit => largest_param(a) as f64 * 4.0 * 2.0,
         _ => 0.0,
     };
     let prog = step::replicated_rec(&first, later.as_ref(), m, opt_temp, record);
@@ -1596,8 +1747,10 @@ fn train_step(
     grads: f64,
     grads_full: f64,
     tl: &mut Vec<Point>,
-) -> (f64, String, Bytes) {
-    let p = train_program(s, a, grads, grads_full, false).prog;
+) -> (f64, String, Bytes, Option<crate::alloc::stream::Outcome>) {
+    // The widgets' wasm does not carry the replay (its size budget).
+    let replay = cfg!(not(target_arch = "wasm32")) && crate::alloc::stream::covers(s);
+    let TrainProgram { prog: p, first, .. } = train_program(s, a, grads, grads_full, false, replay);
     for (name, b) in &p.points {
         tl.push(Point {
             phase: (*name).into(),
@@ -1608,7 +1761,17 @@ fn train_step(
         phase: "end of step".into(),
         bytes: base.round() as u64,
     });
-    (base + p.seg.peak.total(), p.seg.at.words(), p.seg.peak)
+    let outcome = if replay {
+        crate::alloc::stream::replay_train(s, a, &first, first.embeds_hold > 0.0)
+    } else {
+        None
+    };
+    (
+        base + p.seg.peak.total(),
+        p.seg.at.words(),
+        p.seg.peak,
+        outcome,
+    )
 }
 
 fn largest_param(a: &Architecture) -> u64 {
@@ -1870,7 +2033,7 @@ pub(crate) fn recorded(s: &Scenario) -> Result<Recorded> {
         resident.add(Cat::Gradients, dp.grad_acc);
         resident.add(Cat::WeightCopies, dp.gathered);
         resident.add(Cat::Temporaries, dp.buckets);
-        let t = train_program(s, a, dp.grads, states.grads, true);
+        let t = train_program(s, a, dp.grads, states.grads, true, false);
         return Ok(Recorded {
             resident,
             nodes: t.prog.rec.unwrap_or_default(),

@@ -24,6 +24,7 @@ pub const KNOBS: &[&str] = &[
     "finetune",
     "gpu",
     "capacity",
+    "allocator",
     "dp",
     "tp",
     "pp",
@@ -141,7 +142,7 @@ fn build<'a>(knobs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Valu
                 }
             }
             "mode" | "precision" | "optimizer" | "recompute" | "attention" | "loss"
-            | "finetune" | "gpu" => {
+            | "finetune" | "gpu" | "allocator" => {
                 m.insert(k.into(), Value::String(v.into()));
             }
             "batch" | "seq" => {

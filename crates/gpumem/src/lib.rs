@@ -1,6 +1,7 @@
 //! gpumem: predicts the per-GPU memory of LLM training and inference the way PyTorch measures it.
 //!
 //! scenario → architecture → parameter counts → bytes per component → per-GPU peak.
+pub mod alloc;
 pub mod arch;
 pub mod dtype;
 pub mod error;

@@ -293,7 +293,7 @@ impl Where {
 /// An allocation or a free, for the op-level timeline and the allocator model.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Event {
-    /// Positive: allocated; negative: freed.
+    /// Positive: allocated; negative: freed; zero: a marker (see [`Local`]).
     pub bytes: f64,
     pub cat: Cat,
     pub at: Where,
@@ -303,6 +303,27 @@ pub struct Event {
     pub tensor: &'static str,
     /// The tensor's dtype, when the tape knows it.
     pub dtype: Option<crate::dtype::DType>,
+    /// Which tensor, within the stretch replayed.
+    pub id: Local,
+    /// The op running named itself (a module: a linear layer), rather than taking the name
+    /// of the module it runs in (`at.what` then names that): the allocator model finds the
+    /// forward's first matmul by it.
+    pub named: bool,
+}
+
+/// Which tensor an [`Event`] allocates or frees, within the stretch a tape replays: the
+/// allocator model ([`crate::alloc`]) follows identities, since which block is freed decides
+/// what merges.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Local {
+    /// Storage `i` of the tape (its external inputs and its output included).
+    Storage(u32),
+    /// Gradient buffer `i` of the backward (0: the output's, when it requires grad).
+    Grad(u32),
+    /// The parameter gradients op `i`'s backward leaves in `.grad`.
+    ParamGrad(u32),
+    /// A workspace alive while one op runs.
+    Temp,
 }
 
 #[cfg(test)]

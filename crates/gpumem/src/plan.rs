@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 
 use crate::arch::Architecture;
 use crate::error::{Error, Result};
-use crate::estimate::{estimate, reserve_for};
+use crate::estimate::estimate;
 use crate::gpu::{self, CUDA_CONTEXT_BYTES};
 use crate::hf::Obj;
 use crate::scenario::{Attention, Framework, Model, Parallel, Recompute, Scenario, Schedule};
@@ -792,7 +792,9 @@ impl Sweep<'_> {
         if host * per_node > self.req.host_bytes_per_node as f64 {
             return false;
         }
-        let device = peak + reserve_for(peak) + CUDA_CONTEXT_BYTES;
+        // Screening: the allocated peak and the CUDA context (the caching allocator is
+        // replayed by the full estimate of each layout listed, `candidate`).
+        let device = peak + CUDA_CONTEXT_BYTES;
         let headroom = self.s.capacity_bytes as i64 - device as i64;
         if headroom < 0 {
             return false;

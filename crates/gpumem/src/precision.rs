@@ -186,6 +186,12 @@ pub enum Optimizer {
     /// bitsandbytes 8-bit AdamW: blockwise-quantised moments (1 byte each + an fp32 absmax
     /// per 256 values) for tensors of at least 4096 elements; fp32 moments below that.
     Adam8bit,
+    /// bitsandbytes `PagedAdamW8bit`: the same states, but those of tensors of at least
+    /// 100,000 elements live in CUDA managed memory (`Optimizer8bit.get_state_buffer`:
+    /// `F.get_paged`, which `cudaMallocManaged`s), outside PyTorch's allocator: neither
+    /// `max_memory_allocated` nor `memory_reserved` counts them; nvidia-smi does while they
+    /// are resident.
+    PagedAdam8bit,
 }
 
 impl Optimizer {
@@ -196,6 +202,7 @@ impl Optimizer {
         "sgd-momentum",
         "adafactor",
         "adamw-8bit",
+        "paged-adamw-8bit",
     ];
 
     pub fn parse(s: &str) -> Option<Optimizer> {
@@ -205,6 +212,7 @@ impl Optimizer {
             "sgd-momentum" | "momentum" => Optimizer::SgdMomentum,
             "adafactor" => Optimizer::Adafactor,
             "adamw-8bit" | "adam-8bit" | "adamw8bit" | "8bit-adam" => Optimizer::Adam8bit,
+            "paged-adamw-8bit" | "paged-adamw8bit" | "paged_adamw_8bit" => Optimizer::PagedAdam8bit,
             _ => return None,
         })
     }
@@ -216,11 +224,29 @@ impl Optimizer {
             Optimizer::Adam => "adamw",
             Optimizer::Adafactor => "adafactor",
             Optimizer::Adam8bit => "adamw-8bit",
+            Optimizer::PagedAdam8bit => "paged-adamw-8bit",
         }
     }
 
-    /// Bytes of state for one parameter tensor of `rows × cols` (cols = 1 for vectors),
-    /// with full-size states in `state` dtype.
+    /// Whether the states are 8-bit (bitsandbytes), paged or not.
+    pub fn eight_bit(self) -> bool {
+        matches!(self, Optimizer::Adam8bit | Optimizer::PagedAdam8bit)
+    }
+
+    /// Bytes of state one parameter tensor of `rows × cols` has in CUDA managed memory,
+    /// outside PyTorch's allocator: a paged optimizer's two uint8 states of a tensor of at
+    /// least 100,000 elements.
+    pub fn managed_bytes(self, rows: u64, cols: u64) -> f64 {
+        let n = rows * cols;
+        if self == Optimizer::PagedAdam8bit && n >= 100_000 {
+            2.0 * n as f64
+        } else {
+            0.0
+        }
+    }
+
+    /// Bytes of state PyTorch's allocator holds for one parameter tensor of `rows × cols`
+    /// (cols = 1 for vectors), with full-size states in `state` dtype.
     pub fn state_bytes(self, rows: u64, cols: u64, state: DType) -> f64 {
         let n = (rows * cols) as f64;
         match self {
@@ -234,12 +260,13 @@ impl Optimizer {
                     n * state.bytes()
                 }
             }
-            Optimizer::Adam8bit => {
-                if rows * cols >= 4096 {
+            Optimizer::Adam8bit | Optimizer::PagedAdam8bit => {
+                let all = if rows * cols >= 4096 {
                     2.0 * (n + (n / 256.0).ceil() * 4.0)
                 } else {
                     2.0 * n * 4.0
-                }
+                };
+                all - self.managed_bytes(rows, cols)
             }
         }
     }

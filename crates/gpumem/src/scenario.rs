@@ -208,6 +208,103 @@ pub struct Scenario {
     pub parallel: Parallel,
     pub gpu_name: String,
     pub capacity_bytes: u64,
+    /// PyTorch's CUDA caching allocator settings (`PYTORCH_CUDA_ALLOC_CONF`).
+    pub allocator: Allocator,
+}
+
+/// `PYTORCH_CUDA_ALLOC_CONF` as the allocator model reads it ([`crate::alloc`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Allocator {
+    /// `expandable_segments:True`.
+    pub expandable: bool,
+    /// `max_split_size_mb` (none: unlimited, the default).
+    pub max_split_mb: Option<u64>,
+    /// Replay the run through the allocator (`"none"` turns it off: the reserved figures
+    /// are then the allocated peak, as a quick bound a sweep can afford).
+    pub replay: bool,
+}
+
+impl Default for Allocator {
+    fn default() -> Self {
+        Allocator {
+            expandable: false,
+            max_split_mb: None,
+            replay: true,
+        }
+    }
+}
+
+impl Allocator {
+    /// The setting's name: "default", "expandable" (with `max_split_size_mb` when set) or
+    /// "none".
+    pub fn name(&self) -> String {
+        if !self.replay {
+            return "none".into();
+        }
+        let base = if self.expandable {
+            "expandable"
+        } else {
+            "default"
+        };
+        match self.max_split_mb {
+            Some(m) => format!("{base}, max_split_size_mb {m}"),
+            None => base.to_string(),
+        }
+    }
+}
+
+const ALLOCATOR_VALUES: &str = "must be 'default', 'expandable', 'none' or {\"expandable_segments\": true|false, \"max_split_size_mb\": N}";
+
+/// The largest `max_split_size_mb` accepted (1 TiB): above any device.
+const MAX_SPLIT_MB: u64 = 1 << 20;
+
+/// `"allocator"`: `"default"`, `"expandable"`, or an object with `expandable_segments`
+/// (bool) and `max_split_size_mb` (a count of MiB, above 20 as PyTorch requires).
+fn parse_allocator(v: &Value) -> Result<Allocator> {
+    match v {
+        Value::String(s) => match s.to_ascii_lowercase().as_str() {
+            "default" | "native" => Ok(Allocator::default()),
+            "expandable" | "expandable_segments" | "expandable_segments:true" => Ok(Allocator {
+                expandable: true,
+                ..Allocator::default()
+            }),
+            "none" | "off" => Ok(Allocator {
+                replay: false,
+                ..Allocator::default()
+            }),
+            _ => Err(Error::new("allocator", ALLOCATOR_VALUES)),
+        },
+        Value::Object(_) => {
+            let o = Obj::new(v, "allocator")?;
+            o.only(&["expandable_segments", "max_split_size_mb"])?;
+            let expandable = match o.get("expandable_segments") {
+                None => false,
+                Some(Value::Bool(b)) => *b,
+                Some(_) => {
+                    return Err(Error::new(
+                        "allocator.expandable_segments",
+                        "must be true or false",
+                    ))
+                }
+            };
+            let max_split_mb = o.u64_opt("max_split_size_mb")?;
+            if let Some(m) = max_split_mb {
+                // PyTorch refuses sizes up to kLargeBuffer (20 MiB).
+                if m <= 20 || m > MAX_SPLIT_MB {
+                    return Err(Error::new(
+                        "allocator.max_split_size_mb",
+                        format!("must be above 20 and at most {MAX_SPLIT_MB}, got {m}"),
+                    ));
+                }
+            }
+            Ok(Allocator {
+                expandable,
+                max_split_mb,
+                replay: true,
+            })
+        }
+        _ => Err(Error::new("allocator", ALLOCATOR_VALUES)),
+    }
 }
 
 const MAX_BATCH: u64 = 1 << 24;
@@ -261,6 +358,7 @@ impl Scenario {
             "finetune",
             "parallel",
             "gpu",
+            "allocator",
         ])?;
         let model = match o.get("model") {
             None => return Err(Error::new("model", "is required but missing")),
@@ -376,6 +474,10 @@ impl Scenario {
             None => Parallel::default(),
             Some(p) => parse_parallel(p)?,
         };
+        let allocator = match o.get("allocator") {
+            None => Allocator::default(),
+            Some(a) => parse_allocator(a)?,
+        };
         let (gpu_name, capacity_bytes) = match o.get("gpu") {
             None => {
                 let g = gpu::find("H100-80GB").expect("H100 in catalogue");
@@ -398,6 +500,7 @@ impl Scenario {
             parallel,
             gpu_name,
             capacity_bytes,
+            allocator,
         };
         s.check()?;
         Ok(s)
@@ -430,6 +533,15 @@ impl Scenario {
             return Err(Error::new(
                 "precision.weights",
                 format!("{w} weights cannot be trained directly: use LoRA/QLoRA (finetune) or inference"),
+            ));
+        }
+        let p = &self.parallel;
+        let sharded_native = p.framework == Framework::Megatron
+            || (p.framework == Framework::Fsdp && (p.dp > 1 || p.model_parallel()));
+        if self.optimizer == Optimizer::PagedAdam8bit && sharded_native {
+            return Err(Error::new(
+                "optimizer",
+                "paged-adamw-8bit (states in CUDA managed memory) is modelled on one GPU and under DeepSpeed; for this layout use adamw-8bit",
             ));
         }
         self.check_layout()

@@ -51,6 +51,18 @@ pub(crate) struct Stretches {
     pub grads: Grads,
     /// Every event of each stretch, when asked for ([`Stretches::traced`]).
     pub traces: Option<Box<Traces>>,
+    /// Every allocation and free of each stretch, with identities, for the allocator model
+    /// (made only when asked for: [`Stretches::scripted`]).
+    pub scripts: Option<Scripts>,
+}
+
+/// The event scripts of a model's stretches ([`crate::alloc::stream`]).
+pub(crate) struct Scripts {
+    pub emb: crate::alloc::stream::Script,
+    pub layers: Vec<crate::alloc::stream::Script>,
+    pub head: crate::alloc::stream::Script,
+    /// Absent in inference (the head's stretch ends with the logits).
+    pub loss: Option<crate::alloc::stream::Script>,
 }
 
 impl tape::Mode {
@@ -67,12 +79,18 @@ impl Stretches {
     /// Replay each stretch once. `grads` says what becomes of the parameter gradients the
     /// backward computes.
     pub(crate) fn new(ctx: &Ctx<'_>, mode: tape::Mode, grads: Grads) -> Stretches {
-        Stretches::build(ctx, mode, grads, false)
+        Self::build::<false, false>(ctx, mode, grads)
     }
 
     /// As [`Stretches::new`], keeping every stretch's events for the op-level timeline.
     pub(crate) fn traced(ctx: &Ctx<'_>, mode: tape::Mode, grads: Grads) -> Stretches {
-        Stretches::build(ctx, mode, grads, true)
+        Self::build::<true, false>(ctx, mode, grads)
+    }
+
+    /// As [`Stretches::new`], keeping each stretch's events as a script for the allocator
+    /// model.
+    pub(crate) fn scripted(ctx: &Ctx<'_>, mode: tape::Mode, grads: Grads) -> Stretches {
+        Self::build::<false, true>(ctx, mode, grads)
     }
 
     /// Scale the parameter gradients the backwards leave by `f` (ZeRO-2/3: only this
@@ -98,30 +116,45 @@ impl Stretches {
         }
     }
 
-    fn build(ctx: &Ctx<'_>, mode: tape::Mode, grads: Grads, trace: bool) -> Stretches {
+    /// `TRACE` (the timeline's events) and `SCRIPTS` (the allocator model's) are constants so
+    /// that a build that never asks for one carries no code for it (the widgets' wasm makes
+    /// no scripts).
+    fn build<const TRACE: bool, const SCRIPTS: bool>(
+        ctx: &Ctx<'_>,
+        mode: tape::Mode,
+        grads: Grads,
+    ) -> Stretches {
+        use crate::alloc::stream::Script;
         let a = ctx.arch;
         let h = a.hidden as f64;
         let traces = std::cell::RefCell::new(Vec::<Trace>::new());
+        let scripts = std::cell::RefCell::new(Vec::<Script>::new());
         let run = |b: &Builder<'_, '_>, m: tape::Mode| {
-            if !trace {
+            if !TRACE && !SCRIPTS {
                 return b.tape.replay(m, grads, None);
             }
             let mut ev = Vec::new();
             let p = b.tape.replay(m, grads, Some(&mut ev));
-            let split = ev
-                .iter()
-                .position(|e| e.at.what == "backward" && e.bytes == 0.0)
-                .unwrap_or(ev.len());
-            let bwd = ev.split_off(split.min(ev.len()));
-            traces.borrow_mut().push(Trace {
-                fwd: ev,
-                bwd: bwd.into_iter().skip(1).collect(),
-            });
+            if SCRIPTS {
+                scripts.borrow_mut().push(Script::new(&ev));
+            }
+            if TRACE {
+                // What the timeline draws: the events that move memory (the allocator
+                // model's zero-byte markers left out), split where the backward starts.
+                let split = ev
+                    .iter()
+                    .position(|e| e.at.what == "backward" && e.bytes == 0.0)
+                    .unwrap_or(ev.len());
+                let mut bwd = ev.split_off(split.min(ev.len()));
+                ev.retain(|e| e.bytes != 0.0);
+                bwd.retain(|e| e.bytes != 0.0);
+                traces.borrow_mut().push(Trace { fwd: ev, bwd });
+            }
             p
         };
         // The traces in the order the stretches are replayed: embedding, layers, head, loss.
         let collect = |n_layers: usize| -> Option<Box<Traces>> {
-            if !trace {
+            if !TRACE {
                 return None;
             }
             let mut v = std::mem::take(&mut *traces.borrow_mut()).into_iter();
@@ -166,6 +199,17 @@ impl Stretches {
             hb.head(x);
             let head = run(&hb, tape::Mode::NoGrad);
             let traces = collect(layers.len());
+            let scripts = SCRIPTS.then(|| {
+                let mut v = scripts.take();
+                let head = v.pop().expect("head traced");
+                let emb = v.remove(0);
+                Scripts {
+                    emb,
+                    layers: v,
+                    head,
+                    loss: None,
+                }
+            });
             return Stretches {
                 grads,
                 traces,
@@ -178,6 +222,7 @@ impl Stretches {
                 embeds_hold: ctx.t * h * if ctx.autocast { 4.0 } else { ctx.c.bytes() },
                 kept: Bytes::default(),
                 input_kept: false,
+                scripts,
             };
         }
         let (logits, logits_dtype) = hb.head_logits(x);
@@ -193,9 +238,23 @@ impl Stretches {
             crate::scenario::Loss::Fused => Cat::Activations,
         };
         let l = lb.input_bytes(logits_bytes, logits_dtype, logits_rg, cat);
-        lb.loss(l);
+        let lo = lb.loss(l);
+        // The loss itself, which the caller holds with the logits (`out.loss`).
+        let loss_out = Bytes::of(lb.tape.cat(lo), lb.tape.bytes(lo));
         let loss = run(&lb, tape::Mode::Normal.or_nograd(mode));
         let traces = collect(layers.len());
+        let scripts = SCRIPTS.then(|| {
+            let mut v = scripts.take();
+            let loss = v.pop().expect("loss traced");
+            let head = v.pop().expect("head traced");
+            let emb = v.remove(0);
+            Scripts {
+                emb,
+                layers: v,
+                head,
+                loss: Some(loss),
+            }
+        });
         // The layer input is freed during the layer's forward unless a saved tensor is it.
         let l0 = &layers[0];
         let input_kept = l0.input_kept;
@@ -217,12 +276,17 @@ impl Stretches {
             } else {
                 0.0
             },
-            // Megatron's model returns the loss, not the logits.
+            // Megatron's model returns the loss, not the logits; a Hugging Face model's
+            // output holds both (a fused loss never makes the logits whole), and the caller
+            // drops them together.
             kept: match ctx.loss {
                 _ if ctx.megatron => Bytes::default(),
-                crate::scenario::Loss::Standard => Bytes::of(Cat::Logits, logits_bytes),
-                crate::scenario::Loss::Fused => Bytes::default(),
+                crate::scenario::Loss::Standard => {
+                    Bytes::of(Cat::Logits, logits_bytes).plus(loss_out)
+                }
+                crate::scenario::Loss::Fused => loss_out,
             },
+            scripts,
         }
     }
 }
@@ -267,6 +331,7 @@ const DROP: &str = "model drops inputs_embeds";
 const UNCACHE: &str = "autocast clears its weight cache";
 const DROP_OUTPUT: &str = "caller drops the previous logits";
 const OPTIMIZER: &str = "optimizer.step()";
+const LOSS_GRAD: &str = "autograd seeds the loss's gradient";
 
 /// A step composed so far, and the points of its coarse timeline.
 pub(crate) struct Program {
@@ -505,6 +570,13 @@ fn forward(st: &Stretches, part: &Part, p: &mut Program, points: bool) {
 /// One micro-batch's backward over `part`: loss and head, the layers top-down, the embedding.
 fn backward(st: &Stretches, part: &Part, p: &mut Program) {
     if part.last {
+        // The backward starts from the loss's gradient, which autograd makes (ones like the
+        // loss) and the loss's backward frees.
+        p.then(Seg::alloc(
+            Cat::Temporaries,
+            st.loss.out_bytes,
+            w(Phase::BwdHead, LOSS_GRAD),
+        ));
         p.stretch(
             st.src(Which::Loss, false),
             st.loss.bwd.in_phase(Phase::BwdHead),
@@ -637,13 +709,13 @@ impl Chunk {
             if !part.last {
                 f = f.then(Seg::free(Cat::Activations, io, at));
             }
-            // The gradient of the output arrives in a fresh tensor the backward frees; the
-            // input's gradient is freed once sent.
+            // The gradient of the output arrives in a fresh tensor the backward frees (as
+            // the grad of its output, a temporary); the input's gradient is freed once sent.
             let around = |b: Seg| {
                 let recv = if part.last { 0.0 } else { io };
                 let sent = if part.first { 0.0 } else { io };
                 let at = b.at;
-                Seg::alloc(Cat::Comm, recv, at)
+                Seg::alloc(Cat::Temporaries, recv, at)
                     .then(b)
                     .then(Seg::free(Cat::Temporaries, sent, at))
             };

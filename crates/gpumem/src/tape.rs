@@ -13,7 +13,7 @@
 pub type Tid = usize;
 
 use crate::dtype::DType;
-pub use crate::mem::{Bytes, Cat, Event, Seg, Where, NCAT};
+pub use crate::mem::{Bytes, Cat, Event, Local, Seg, Where, NCAT};
 
 /// Running memory with its high-water mark (the breakdown there, and the op running), and
 /// optionally every allocation and free.
@@ -46,8 +46,26 @@ impl<'e> Meter<'e> {
                     role: tag.role,
                     tensor: tag.tensor,
                     dtype: tag.dtype,
+                    id: tag.id,
+                    named: tag.named,
                 });
             }
+        }
+    }
+    /// A zero-byte event that says what `id` is for the allocator model (the stretch's
+    /// input, its output, a tensor the caller frees).
+    fn marker(&mut self, id: Local, role: &'static str) {
+        if let Some(t) = self.trace.as_deref_mut() {
+            t.push(Event {
+                bytes: 0.0,
+                cat: Cat::Temporaries,
+                at: Where::default(),
+                role,
+                tensor: "",
+                dtype: None,
+                id,
+                named: false,
+            });
         }
     }
     fn add(&mut self, cat: Cat, b: f64, tag: Tag) {
@@ -89,13 +107,17 @@ impl<'e> Meter<'e> {
 }
 
 /// What an allocation or a free is, for a trace: the op running, the tensor's role, and
-/// the tensor itself (the op that made it, its dtype) when it is one.
+/// the tensor itself (the op that made it, its dtype, its identity for the allocator model)
+/// when it is one.
 #[derive(Clone, Copy)]
 struct Tag {
     what: &'static str,
     role: &'static str,
     tensor: &'static str,
     dtype: Option<DType>,
+    id: Local,
+    /// The op running named itself (a module: a linear layer), not only its scope.
+    named: bool,
 }
 
 impl Tag {
@@ -105,7 +127,14 @@ impl Tag {
             role,
             tensor: "",
             dtype: None,
+            id: Local::Temp,
+            named: false,
         }
+    }
+
+    /// The same, for allocator identity `id`.
+    fn id(self, id: Local) -> Tag {
+        Tag { id, ..self }
     }
 }
 
@@ -162,6 +191,8 @@ impl Ids {
 #[derive(Clone, Debug, Default)]
 struct Op {
     name: &'static str,
+    /// The spec named the op itself (else it takes the module it runs in: [`Tape::scope`]).
+    named: bool,
     inputs: Ids,
     outputs: Ids,
     saved: Ids,
@@ -368,6 +399,11 @@ impl Tape {
         self.tensors[t].bytes
     }
 
+    /// The category tensor `t`'s storage counts in.
+    pub fn cat(&self, t: Tid) -> Cat {
+        self.storages[self.tensors[t].storage].cat
+    }
+
     /// Name the ops recorded from now on that name themselves nothing (the module they are
     /// part of); returns the previous scope.
     pub fn scope(&mut self, name: &'static str) -> &'static str {
@@ -391,6 +427,7 @@ impl Tape {
         };
         self.ops.push(Op {
             name,
+            named: !spec.name.is_empty(),
             inputs: Ids::from(spec.inputs),
             outputs: Ids::from(&[out]),
             saved,
@@ -462,6 +499,8 @@ impl Tape {
             role,
             tensor: st.name,
             dtype: Some(st.dtype),
+            id: Local::Storage(s as u32),
+            named: false,
         }
     }
 
@@ -534,7 +573,21 @@ impl Tape {
         let is_saved = self.saved_storages();
         let (fm_seg, alive_fwd) = {
             let mut fm = Meter::new(trace.as_deref_mut());
+            for (s, st) in self.storages.iter().enumerate() {
+                if st.external {
+                    fm.marker(Local::Storage(s as u32), "input");
+                }
+            }
             let alive = self.forward(&mut fm, saving, mode == Mode::Checkpointed, &is_saved);
+            fm.marker(Local::Storage(out_storage as u32), "output");
+            for (s, st) in self.storages.iter().enumerate() {
+                if alive[s] && st.cached && !(saving && is_saved[s]) {
+                    fm.marker(Local::Storage(s as u32), "autocast cache");
+                }
+                if alive[s] && st.kept {
+                    fm.marker(Local::Storage(s as u32), "kept");
+                }
+            }
             (fm.seg(Bytes::default()), alive)
         };
         prof.fwd = fm_seg;
@@ -558,6 +611,8 @@ impl Tape {
                 role: "",
                 tensor: "",
                 dtype: None,
+                id: Local::Temp,
+                named: false,
             });
         }
         let grad_out = if self.tensors[out].rg {
@@ -593,20 +648,28 @@ impl Tape {
                 m.add(
                     Cat::Temporaries,
                     grad_out,
-                    self.tag(out_storage, out_name, "grad of output"),
+                    self.tag(out_storage, out_name, "grad of output")
+                        .id(Local::Grad(0)),
                 );
                 start = m.live;
                 m.trace = trace;
+                if grad_out > 0.0 {
+                    m.marker(Local::Grad(0), "grad of output");
+                }
             }
             _ => {
                 // Checkpointed: the held input and the output's grad; recompute with saving.
                 m.add(
                     Cat::Temporaries,
                     grad_out,
-                    self.tag(out_storage, out_name, "grad of output"),
+                    self.tag(out_storage, out_name, "grad of output")
+                        .id(Local::Grad(0)),
                 );
                 start = m.live;
                 m.trace = trace;
+                if grad_out > 0.0 {
+                    m.marker(Local::Grad(0), "grad of output");
+                }
                 let base = m.live;
                 m.live = Bytes::default();
                 m.peak = Bytes::default();
@@ -625,7 +688,14 @@ impl Tape {
             }
         }
         m.mark(Bytes::default(), out_name);
-        self.backward(&mut alive, &mut m, out, grads);
+        let grad_of = self.backward(&mut alive, &mut m, out, grads);
+        for (t, g) in grad_of.iter().enumerate() {
+            if let Some(g) = g {
+                if self.storages[self.tensors[t].storage].external {
+                    m.marker(Local::Grad(*g as u32), "grad of input");
+                }
+            }
+        }
         if mode == Mode::Checkpointed {
             // The checkpoint releases its held input after the stretch's backward.
             for (s, st) in self.storages.iter().enumerate() {
@@ -697,7 +767,10 @@ impl Tape {
                     m.add(
                         self.storages[s].cat,
                         self.storages[s].bytes,
-                        self.tag(s, op.name, role(s)),
+                        Tag {
+                            named: op.named,
+                            ..self.tag(s, op.name, role(s))
+                        },
                     );
                 }
             }
@@ -731,7 +804,14 @@ impl Tape {
     /// Backward replay (saved tensors alive as in `alive`, the grad of `out` present).
     /// Gradient buffers are refcounted: an add hands the same buffer to both its inputs, as
     /// autograd does.
-    fn backward(&self, alive: &mut [bool], m: &mut Meter<'_>, out: Tid, grads: Grads) {
+    /// Returns the gradient buffer each tensor is left with (its inputs' gradients).
+    fn backward(
+        &self,
+        alive: &mut [bool],
+        m: &mut Meter<'_>,
+        out: Tid,
+        grads: Grads,
+    ) -> Vec<Option<usize>> {
         let nt = self.tensors.len();
         // (bytes, refs, category): the grad of a logits tensor counts as logits.
         let mut gbuf: Vec<(f64, u32, Cat)> = Vec::new();
@@ -772,7 +852,8 @@ impl Tape {
                         Tag {
                             tensor: op.name,
                             ..Tag::new(op.name, "parameter gradient")
-                        },
+                        }
+                        .id(Local::ParamGrad(i as u32)),
                     ),
                     Grads::Accumulate | Grads::IntoBuffer => temp += op.param_grads,
                 }
@@ -808,12 +889,18 @@ impl Tape {
                                     m.add(
                                         grad_cat(t),
                                         self.storages[s].bytes,
-                                        self.tag_of(t, op.name, "grad of input"),
+                                        self.tag_of(t, op.name, "grad of input")
+                                            .id(Local::Grad((gbuf.len() - 1) as u32)),
                                     );
                                 }
                                 _ => {
                                     gbuf.push((b, 1, grad_cat(t)));
-                                    m.add(grad_cat(t), b, self.tag_of(t, op.name, "grad of input"));
+                                    let g = Local::Grad((gbuf.len() - 1) as u32);
+                                    m.add(
+                                        grad_cat(t),
+                                        b,
+                                        self.tag_of(t, op.name, "grad of input").id(g),
+                                    );
                                 }
                             }
                             grad_of[t] = Some(gbuf.len() - 1);
@@ -828,7 +915,8 @@ impl Tape {
                             m.sub(
                                 gbuf[g].2,
                                 gbuf[g].0,
-                                self.tag_of(t, op.name, "grad of output"),
+                                self.tag_of(t, op.name, "grad of output")
+                                    .id(Local::Grad(g as u32)),
                             );
                         }
                     }
@@ -849,6 +937,7 @@ impl Tape {
                 }
             }
         }
+        grad_of
     }
 }
 

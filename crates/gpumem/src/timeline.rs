@@ -50,8 +50,9 @@ impl OpPoint {
 #[derive(Clone, Debug, PartialEq)]
 pub struct OpTimeline {
     pub points: Vec<OpPoint>,
-    /// The highest point (the first, when several are as high: within a billionth, what
-    /// summing the events one by one may differ from the estimate's composition).
+    /// The highest point (the first, when several are as high: within half a byte, what
+    /// summing the events one by one may differ from the estimate's composition; a later
+    /// micro-batch that leaves a few bytes more is higher).
     pub peak: usize,
     /// What stays allocated through the step (the model states the step does not free).
     pub resident: Bytes,
@@ -84,7 +85,7 @@ pub fn op_timeline(s: &Scenario) -> Result<OpTimeline> {
     let peak = u
         .points
         .iter()
-        .position(|p| p.total() >= max - max.abs() * 1e-9)
+        .position(|p| p.total() >= max - 0.5)
         .unwrap_or(0);
     Ok(OpTimeline {
         points: u.points,

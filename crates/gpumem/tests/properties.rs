@@ -220,7 +220,7 @@ fn components_add_up_and_verdict_is_consistent() {
         assert_eq!(e.components.values().sum::<u64>(), e.peak_bytes, "{v}");
         assert_eq!(
             e.device_bytes,
-            e.peak_bytes + e.allocator_reserve_bytes + e.cuda_context_bytes
+            e.peak_bytes + e.allocator_reserve_bytes + e.cuda_context_bytes + e.managed_bytes
         );
         assert_eq!(e.fits, e.device_bytes <= e.capacity_bytes, "{v}");
         assert!(!e.peak_phase.is_empty());

@@ -37,6 +37,7 @@ pub const WIDGETS: &[&str] = &[
     "exercise",
     "ledger",
     "remedies",
+    "segments",
 ];
 
 /// Attributes every widget takes: they describe the scenario (and how the widget shares it).
@@ -95,6 +96,25 @@ pub const QUANTITIES: &[&str] = &[
     "device",
     "cuda_context",
     "reserve",
+    "reserved",
+    "reserved_unallocated",
+    "largest_free_block",
+    "segments",
+    "cublas_workspace",
+    "nvidia_smi",
+];
+
+/// Quantities of the caching allocator's replay. The widgets' wasm does not carry the
+/// replay, so a `value` of one of these is computed when the book is built, for the page's
+/// scenario, and stays as drawn.
+pub const REPLAYED: &[&str] = &[
+    "reserve",
+    "reserved",
+    "reserved_unallocated",
+    "largest_free_block",
+    "segments",
+    "cublas_workspace",
+    "nvidia_smi",
 ];
 
 /// One directive found in a chapter.

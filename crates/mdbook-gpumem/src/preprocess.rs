@@ -95,6 +95,46 @@ pub fn preprocess_at(
                 .collect(),
             local: is_local(d),
         };
+        let replayed = d.widget == "value"
+            && d.positional
+                .first()
+                .is_some_and(|q| crate::REPLAYED.contains(&q.as_str()));
+        if replayed {
+            // Computed here, with the caching allocator replayed, and kept as drawn.
+            let k = if is_local(d) {
+                knobs_of(d)
+            } else {
+                page.clone()
+            };
+            let q = d.positional[0].as_str();
+            let format = d
+                .attrs
+                .iter()
+                .find(|(k, _)| k == "format")
+                .map_or("gib", |(_, v)| v.as_str());
+            match gpumem::knobs::scenario(k.0.iter().map(|(a, b)| (a.as_str(), b.as_str())))
+                .and_then(|s| gpumem::estimate(&s))
+            {
+                Ok(e) => out.replace_range(
+                    d.span.clone(),
+                    &format!(
+                        "<span class=\"gm-value gm-built\" data-quantity=\"{q}\">{}</span>",
+                        gpumem_widgets::quantity::show(&e, q, format)
+                    ),
+                ),
+                Err(e) => errors.push(format!("{file}:{}: {e}", d.line)),
+            }
+            continue;
+        }
+        if d.widget == "segments" {
+            // A figure drawn for the page's scenario as the book is built (no host: the
+            // browser does not redraw it).
+            match gpumem_widgets::render(&init) {
+                Ok(html) => out.replace_range(d.span.clone(), &format!("\n\n{html}\n\n")),
+                Err(e) => errors.push(format!("{file}:{}: {e}", d.line)),
+            }
+            continue;
+        }
         match gpumem_widgets::host_html(&init) {
             Ok(html) if inline => out.replace_range(d.span.clone(), &html),
             // The formula goes to KaTeX (which runs after this preprocessor; `number_formulas`

@@ -444,7 +444,9 @@ impl Builder<'_, '_> {
     pub(super) fn mc_embedding(&mut self) -> Tid {
         let ctx = self.ctx;
         let a = ctx.arch;
-        let (t, c, h) = (ctx.t, ctx.c, a.hidden as f64);
+        // The embedding returns its weight's dtype (autocast leaves it alone), and its
+        // gradient is the weight's gradient dtype.
+        let (t, c, h) = (ctx.t, ctx.w, a.hidden as f64);
         let ids = self.input(t, DType::F32, false);
         // The token ids belong to the batch, which the caller holds through the step.
         self.tape.keep(ids);
@@ -456,7 +458,7 @@ impl Builder<'_, '_> {
                 inputs: &[ids],
                 out_bytes: t * h * c.bytes(),
                 weights_rg: trainable,
-                param_grads: rows * h * c.bytes(),
+                param_grads: rows * h * ctx.g.bytes(),
                 ..OpSpec::default()
             },
             c,
@@ -468,7 +470,7 @@ impl Builder<'_, '_> {
                     inputs: &[ids],
                     out_bytes: ctx.seq * h * c.bytes(),
                     weights_rg: trainable,
-                    param_grads: n as f64 * h * c.bytes(),
+                    param_grads: n as f64 * h * ctx.g.bytes(),
                     ..OpSpec::default()
                 },
                 c,
