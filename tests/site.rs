@@ -275,7 +275,7 @@ fn a_build_cleans_what_killed_builds_left_behind() {
     let _ = std::fs::remove_dir_all(&tmp);
 }
 
-/// Wait until the allocator runs in the browser (hydrated and listening).
+/// Wait until the allocator runs in the browser (rendered live and listening).
 fn wait_live(c: &Chrome) {
     c.wait_for(
         "return document.querySelector('[data-widget=allocator][data-live]') !== null",
@@ -289,7 +289,7 @@ const VERDICT: &str =
     r#"return document.querySelector('[data-widget=allocator] [data-value=verdict]').textContent;"#;
 
 #[test]
-fn in_the_browser_the_widget_hydrates_and_follows_its_controls() {
+fn in_the_browser_the_widget_goes_live_and_follows_its_controls() {
     let url = format!("{}/budget.html", served());
     let c = Chrome::start().unwrap_or_else(|e| panic!("{e}"));
     c.goto(&url).unwrap();
@@ -545,7 +545,8 @@ fn an_over_long_link_is_refused_with_a_notice() {
     );
 }
 
-/// The engine's figure for the budget page's scenario with some knobs changed.
+/// The engine's figure for the budget page's scenario with some knobs changed, as the widgets
+/// show it (the caching allocator not replayed).
 fn budget_with(changes: &[(&str, &str)]) -> gpumem::Estimate {
     let mut k = vec![
         ("model", "llama3.1-8b"),
@@ -557,9 +558,14 @@ fn budget_with(changes: &[(&str, &str)]) -> gpumem::Estimate {
         k.retain(|(a, _)| a != key);
         k.push((key, v));
     }
-    gpumem::knobs::scenario(k)
-        .and_then(|s| gpumem::estimate(&s))
-        .unwrap()
+    widget_estimate(gpumem::knobs::scenario(k).unwrap())
+}
+
+/// The estimate a widget shows for a scenario: the caching allocator is not replayed in the
+/// browser (nor, for the widgets, when the book is built).
+fn widget_estimate(mut s: gpumem::Scenario) -> gpumem::Estimate {
+    s.allocator.replay = false;
+    gpumem::estimate(&s).unwrap()
 }
 
 #[test]
@@ -1015,7 +1021,7 @@ fn assert_no_console_errors(c: &Chrome) {
     );
 }
 
-/// Every hydratable host on the page runs (each widget marks its root `data-live`).
+/// Every widget host on the page runs (each widget marks its root `data-live`).
 fn wait_all_live(c: &Chrome) {
     c.wait_for(
         "return document.querySelectorAll('[data-gpumem]').length > 0 && \
@@ -1026,7 +1032,7 @@ fn wait_all_live(c: &Chrome) {
 }
 
 /// The page's widget texts as the server sent them (parsed, never run) and as they are now
-/// (whitespace left out: mdBook lays the sent HTML out over lines, hydration does not).
+/// (whitespace left out: mdBook lays the sent HTML out over lines, the live render does not).
 const TEXTS_SENT_AND_NOW: &str = r#"
 const done = arguments[arguments.length - 1];
 const texts = doc => [...doc.querySelectorAll('[data-gpumem] [data-widget=value], [data-gpumem] .gm-sub, [data-gpumem] [data-value]')]
@@ -1057,7 +1063,7 @@ fn print_html_keeps_every_chapters_own_state() {
         .collect();
     assert!(
         changed.is_empty() && sent.len() == now.len(),
-        "hydration changed {} of {} texts: {changed:?}",
+        "going live changed {} of {} texts: {changed:?}",
         changed.len(),
         sent.len()
     );
@@ -1458,11 +1464,9 @@ fn the_wasm_bundle_stays_within_its_budget() {
     assert!(gz <= 320_000, "wasm is {gz} bytes gzipped, over 320 KB");
 }
 
-/// The engine's estimate for knobs.
+/// The engine's estimate for knobs, as the widgets show it.
 fn estimate_of(knobs: &[(&str, &str)]) -> gpumem::Estimate {
-    gpumem::knobs::scenario(knobs.iter().copied())
-        .and_then(|s| gpumem::estimate(&s))
-        .unwrap()
+    widget_estimate(gpumem::knobs::scenario(knobs.iter().copied()).unwrap())
 }
 
 /// The text of the first element `css` matches.
@@ -1482,10 +1486,11 @@ fn the_timeline_names_the_peak_the_cli_reports_and_its_ops_take_the_keys() {
     let c = Chrome::start().unwrap_or_else(|e| panic!("{e}"));
     c.goto(&format!("{}/peak.html", served())).unwrap();
     wait_widget(&c, "timeline");
+    // The peak chapter's scenario.
     let knobs = [
         ("model", "llama3.1-8b"),
-        ("batch", "2"),
-        ("seq", "4k"),
+        ("batch", "1"),
+        ("seq", "2k"),
         ("precision", "bf16"),
     ];
     let e = estimate_of(&knobs);
