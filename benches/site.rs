@@ -13,12 +13,14 @@ use gpumem_site::browser::Chrome;
 use gpumem_site::{build, build_book, serve, Paths};
 use serde_json::json;
 
-/// Slider timing, in the page: set the batch slider, dispatch `input` as the browser does,
-/// and stop the clock when the widget's DOM has changed (a MutationObserver fires).
+/// Slider timing, in the page: set the batch slider of `widget`, dispatch `input` as the
+/// browser does, and stop the clock when the DOM of `watched` (a widget on the same page) has
+/// changed (a MutationObserver fires).
 const SLIDER_SCRIPT: &str = r#"
 const done = arguments[arguments.length - 1];
-const [n, widget, input] = arguments;
+const [n, widget, input, watched] = arguments;
 const fig = document.querySelector(`[data-widget=${widget}]`);
+const watch = document.querySelector(`[data-widget=${watched}]`);
 const slider = fig.querySelector(input);
 const times = [];
 let i = 0;
@@ -39,7 +41,7 @@ function step() {
     i++;
     requestAnimationFrame(() => setTimeout(step, 0));
   });
-  obs.observe(fig, { subtree: true, childList: true, characterData: true, attributes: true });
+  obs.observe(watch, { subtree: true, childList: true, characterData: true, attributes: true });
   const t0 = performance.now();
   slider.value = v;
   // Sliders apply on input; the 5D panel's number fields on change (Enter, leaving the field).
@@ -120,9 +122,9 @@ fn main() {
         Duration::from_secs(20),
     )
     .unwrap();
-    let time = |what: &str, widget: &str, input: &str, n: u64| {
+    let time = |what: &str, widget: &str, input: &str, watched: &str, n: u64| {
         let v = c
-            .eval_async(SLIDER_SCRIPT, json!([n, widget, input]))
+            .eval_async(SLIDER_SCRIPT, json!([n, widget, input, watched]))
             .unwrap();
         let mut t: Vec<f64> = v
             .as_array()
@@ -136,9 +138,19 @@ fn main() {
         println!("{what} → updated DOM: median {med:.2} ms, p95 {p95:.2} ms over {n} inputs (one frame: 16.7 ms)");
     };
     time(
-        "budget page, batch slider (10 widgets)",
+        "budget page, batch slider (15 widgets)",
         "allocator",
         "input[id$=-batch]",
+        "allocator",
+        200,
+    );
+    // The op-level timeline on the same page: the same slider, the clock stopped when the
+    // timeline has been redrawn (its step replayed with every event, unrolled and drawn).
+    time(
+        "budget page, batch slider → op-level timeline redrawn",
+        "allocator",
+        "input[id$=-batch]",
+        "timeline",
         200,
     );
     // The 5D panel: every micro-batch change re-estimates all stages and re-plans the layouts
@@ -153,6 +165,7 @@ fn main() {
         "5D panel with the live planner, micro-batch input",
         "parallelism",
         "input[id$=-batch]",
+        "parallelism",
         60,
     );
 }

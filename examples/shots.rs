@@ -26,6 +26,7 @@ const PAGES: &[&str] = &[
     "parallelism",
     "finetuning",
     "inference",
+    "what-now",
     "validation",
     "references",
 ];

@@ -275,7 +275,7 @@ fn a_build_cleans_what_killed_builds_left_behind() {
     let _ = std::fs::remove_dir_all(&tmp);
 }
 
-/// Wait until the allocator runs in the browser (hydrated and listening).
+/// Wait until the allocator runs in the browser (rendered live and listening).
 fn wait_live(c: &Chrome) {
     c.wait_for(
         "return document.querySelector('[data-widget=allocator][data-live]') !== null",
@@ -289,7 +289,7 @@ const VERDICT: &str =
     r#"return document.querySelector('[data-widget=allocator] [data-value=verdict]').textContent;"#;
 
 #[test]
-fn in_the_browser_the_widget_hydrates_and_follows_its_controls() {
+fn in_the_browser_the_widget_goes_live_and_follows_its_controls() {
     let url = format!("{}/budget.html", served());
     let c = Chrome::start().unwrap_or_else(|e| panic!("{e}"));
     c.goto(&url).unwrap();
@@ -545,7 +545,8 @@ fn an_over_long_link_is_refused_with_a_notice() {
     );
 }
 
-/// The engine's figure for the budget page's scenario with some knobs changed.
+/// The engine's figure for the budget page's scenario with some knobs changed, as the widgets
+/// show it (the caching allocator not replayed).
 fn budget_with(changes: &[(&str, &str)]) -> gpumem::Estimate {
     let mut k = vec![
         ("model", "llama3.1-8b"),
@@ -557,9 +558,14 @@ fn budget_with(changes: &[(&str, &str)]) -> gpumem::Estimate {
         k.retain(|(a, _)| a != key);
         k.push((key, v));
     }
-    gpumem::knobs::scenario(k)
-        .and_then(|s| gpumem::estimate(&s))
-        .unwrap()
+    widget_estimate(gpumem::knobs::scenario(k).unwrap())
+}
+
+/// The estimate a widget shows for a scenario: the caching allocator is not replayed in the
+/// browser (nor, for the widgets, when the book is built).
+fn widget_estimate(mut s: gpumem::Scenario) -> gpumem::Estimate {
+    s.allocator.replay = false;
+    gpumem::estimate(&s).unwrap()
 }
 
 #[test]
@@ -1015,7 +1021,7 @@ fn assert_no_console_errors(c: &Chrome) {
     );
 }
 
-/// Every hydratable host on the page runs (each widget marks its root `data-live`).
+/// Every widget host on the page runs (each widget marks its root `data-live`).
 fn wait_all_live(c: &Chrome) {
     c.wait_for(
         "return document.querySelectorAll('[data-gpumem]').length > 0 && \
@@ -1026,7 +1032,7 @@ fn wait_all_live(c: &Chrome) {
 }
 
 /// The page's widget texts as the server sent them (parsed, never run) and as they are now
-/// (whitespace left out: mdBook lays the sent HTML out over lines, hydration does not).
+/// (whitespace left out: mdBook lays the sent HTML out over lines, the live render does not).
 const TEXTS_SENT_AND_NOW: &str = r#"
 const done = arguments[arguments.length - 1];
 const texts = doc => [...doc.querySelectorAll('[data-gpumem] [data-widget=value], [data-gpumem] .gm-sub, [data-gpumem] [data-value]')]
@@ -1057,7 +1063,7 @@ fn print_html_keeps_every_chapters_own_state() {
         .collect();
     assert!(
         changed.is_empty() && sent.len() == now.len(),
-        "hydration changed {} of {} texts: {changed:?}",
+        "going live changed {} of {} texts: {changed:?}",
         changed.len(),
         sent.len()
     );
@@ -1203,9 +1209,13 @@ fn every_widget_text_and_slice_reads_in_all_five_themes() {
         for page in [
             "budget",
             "precision",
+            "activations",
+            "logits",
+            "peak",
             "zero",
             "parallelism",
             "inference",
+            "what-now",
             "validation",
         ] {
             c.goto(&format!("{}/{page}.html", served())).unwrap();
@@ -1291,6 +1301,7 @@ fn phones_never_scroll_sideways_and_charts_stay_legible() {
             "parallelism",
             "finetuning",
             "inference",
+            "what-now",
             "validation",
             "references",
         ] {
@@ -1451,6 +1462,218 @@ fn the_wasm_bundle_stays_within_its_budget() {
     let bytes = std::fs::read(site().dest.join("gpumem/gpumem_widgets_bg.wasm")).unwrap();
     let gz = gpumem_site::gzip_len(&bytes);
     assert!(gz <= 320_000, "wasm is {gz} bytes gzipped, over 320 KB");
+}
+
+/// The engine's estimate for knobs, as the widgets show it.
+fn estimate_of(knobs: &[(&str, &str)]) -> gpumem::Estimate {
+    widget_estimate(gpumem::knobs::scenario(knobs.iter().copied()).unwrap())
+}
+
+/// The text of the first element `css` matches.
+fn text_of(c: &Chrome, css: &str) -> String {
+    c.eval(
+        "const e = document.querySelector(arguments[0]); return e ? e.textContent : ''",
+        json!([css]),
+    )
+    .unwrap()
+    .as_str()
+    .unwrap_or("")
+    .to_string()
+}
+
+#[test]
+fn the_timeline_names_the_peak_the_cli_reports_and_its_ops_take_the_keys() {
+    let c = Chrome::start().unwrap_or_else(|e| panic!("{e}"));
+    c.goto(&format!("{}/peak.html", served())).unwrap();
+    wait_widget(&c, "timeline");
+    // The peak chapter's scenario.
+    let knobs = [
+        ("model", "llama3.1-8b"),
+        ("batch", "1"),
+        ("seq", "2k"),
+        ("precision", "bf16"),
+    ];
+    let e = estimate_of(&knobs);
+    // The peak's segment (the op in the tab order) and the whole step's column at the peak
+    // name the moment the CLI reports as peak_phase, and their size.
+    let peak_op = text_of(&c, "[data-widget=timeline] .gm-peak-op title");
+    assert!(
+        peak_op.starts_with(&e.peak_phase),
+        "{peak_op} / {}",
+        e.peak_phase
+    );
+    assert!(
+        peak_op.ends_with(&format!("→ {} allocated", gib(e.peak_bytes as f64))),
+        "{peak_op}"
+    );
+    let column = text_of(&c, "[data-widget=timeline] .gm-hits [tabindex='0'] title");
+    assert_eq!(column, peak_op);
+    assert!(text_of(&c, "[data-widget=timeline] [data-value=op]").starts_with(&e.peak_phase));
+    // Arrow keys move along the ops; the readout follows the focus.
+    c.eval(
+        "const op = document.querySelector('[data-widget=timeline] .gm-peak-op'); op.focus(); \
+         op.dispatchEvent(new KeyboardEvent('keydown', {key: 'ArrowLeft', bubbles: true})); return true",
+        json!([]),
+    )
+    .unwrap();
+    let moved = c
+        .eval(
+            "const a = document.activeElement; return [a.getAttribute('data-i'), a.querySelector('title').textContent, \
+             document.querySelector('[data-widget=timeline] .gm-peak-op').getAttribute('data-i'), \
+             document.querySelector('[data-widget=timeline] [data-value=op]').textContent, location.hash]",
+            json!([]),
+        )
+        .unwrap();
+    let (now, before) = (
+        moved[0].as_str().unwrap().parse::<i64>().unwrap(),
+        moved[2].as_str().unwrap().parse::<i64>().unwrap(),
+    );
+    assert_eq!(now, before - 1, "{moved}");
+    assert_eq!(moved[1], moved[3], "the readout names the focused op");
+    assert_eq!(moved[4], "", "the arrow key did not turn the page");
+    // The page's state moves the peak.
+    c.eval(
+        "document.dispatchEvent(new CustomEvent('gpumem:set', {detail: {batch: 1, seq: '8k'}})); return true",
+        json!([]),
+    )
+    .unwrap();
+    let e2 = estimate_of(&[
+        ("model", "llama3.1-8b"),
+        ("batch", "1"),
+        ("seq", "8k"),
+        ("precision", "bf16"),
+    ]);
+    c.wait_for(
+        &format!(
+            "const t = document.querySelector('[data-widget=timeline] .gm-peak-op title'); return t && t.textContent.endsWith('→ {} allocated')",
+            gib(e2.peak_bytes as f64)
+        ),
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    assert!(text_of(&c, "[data-widget=timeline] .gm-peak-op title").starts_with(&e2.peak_phase));
+    assert_no_console_errors(&c);
+}
+
+#[test]
+fn an_exercise_marks_right_and_wrong_and_its_answer_follows_the_model() {
+    let c = Chrome::start().unwrap_or_else(|e| panic!("{e}"));
+    c.goto(&format!("{}/budget.html", served())).unwrap();
+    wait_live(&c);
+    wait_widget(&c, "exercise");
+    let ex = "[data-widget=exercise][data-ask=device]";
+    let check = |answer: &str| -> String {
+        let field = c.find(&format!("{ex} input")).unwrap();
+        c.clear(&field).unwrap();
+        c.send_keys(&field, answer).unwrap();
+        c.click(&c.find(&format!("{ex} button")).unwrap()).unwrap();
+        c.wait_for(
+            &format!(
+                "return document.querySelector('{ex} [data-value=verdict]').textContent.length > 0"
+            ),
+            Duration::from_secs(5),
+        )
+        .unwrap();
+        text_of(&c, &format!("{ex} [data-value=verdict]"))
+    };
+    let g = |b: u64| b as f64 / 1073741824.0;
+    let e = budget_estimate();
+    let right = gpumem::num::fixed(g(e.device_bytes), 2);
+    let v = check(&right);
+    assert!(v.starts_with("✓ Right"), "{right}: {v}");
+    let wrong = gpumem::num::fixed(g(e.device_bytes) * 1.25, 2);
+    let v = check(&wrong);
+    assert!(
+        v.starts_with("✗ Not quite") && v.contains("too high"),
+        "{wrong}: {v}"
+    );
+    assert!(check("twelve").starts_with("Type a number"));
+    // Another model: the old answer is now wrong, the engine's new one right.
+    c.eval(
+        "document.dispatchEvent(new CustomEvent('gpumem:set', {detail: {model: 'llama3.2-1b'}})); return true",
+        json!([]),
+    )
+    .unwrap();
+    c.wait_for(
+        &format!(
+            "return document.querySelector('{ex} .gm-sub').textContent.startsWith('llama3.2-1b')"
+        ),
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    let e1 = budget_with(&[("model", "llama3.2-1b")]);
+    assert!(check(&right).starts_with("✗"), "the old answer");
+    let v = check(&gpumem::num::fixed(g(e1.device_bytes), 2));
+    assert!(v.starts_with("✓ Right"), "{v}");
+    // The worked solution carries the same answer, with the page's numbers.
+    let solution = text_of(&c, &format!("{ex} [data-value=answer]"));
+    assert_eq!(
+        solution,
+        format!("Answer: {}.", gib(e1.device_bytes as f64))
+    );
+    assert_no_console_errors(&c);
+}
+
+/// (the first peak, the last, the sum of the steps) of the page's waterfall `css`.
+const WATERFALL: &str = "const t = document.querySelector(arguments[0] + ' table'); \
+    return [Number(t.dataset.from), Number(t.dataset.to), \
+    [...t.querySelectorAll('tr[data-bytes]')].reduce((s, r) => s + Number(r.dataset.bytes), 0)]";
+
+#[test]
+fn the_diffs_steps_add_up_to_the_difference_of_the_two_peaks() {
+    let c = Chrome::start().unwrap_or_else(|e| panic!("{e}"));
+    c.goto(&format!("{}/budget.html", served())).unwrap();
+    wait_live(&c);
+    wait_widget(&c, "diff");
+    let w = c.eval(WATERFALL, json!(["[data-widget=diff]"])).unwrap();
+    let (a, b) = (
+        budget_estimate(),
+        budget_with(&[("precision", "mixed-bf16")]),
+    );
+    assert_eq!(w[0].as_u64(), Some(a.peak_bytes), "{w}");
+    assert_eq!(w[1].as_u64(), Some(b.peak_bytes), "{w}");
+    assert_eq!(
+        w[2].as_i64(),
+        Some(b.peak_bytes as i64 - a.peak_bytes as i64),
+        "{w}"
+    );
+    // On the "what now" chapter: a remedy used moves the page, and the waterfall goes from
+    // the chapter's step to it, step by step.
+    c.goto(&format!("{}/what-now.html", served())).unwrap();
+    wait_all_live(&c);
+    c.click(&c.find("[data-remedy=recompute-full] button").unwrap())
+        .unwrap();
+    c.wait_for(
+        "return document.querySelectorAll('[data-widget=diff] tr[data-bytes]').length > 0",
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    let base = [
+        ("model", "llama3.1-8b"),
+        ("batch", "4"),
+        ("seq", "2k"),
+        ("precision", "bf16"),
+    ];
+    let mut used = base.to_vec();
+    used.push(("recompute", "full"));
+    let (a, b) = (estimate_of(&base), estimate_of(&used));
+    let w = c.eval(WATERFALL, json!(["[data-widget=diff]"])).unwrap();
+    assert_eq!(
+        (w[0].as_u64(), w[1].as_u64(), w[2].as_i64()),
+        (
+            Some(a.peak_bytes),
+            Some(b.peak_bytes),
+            Some(b.peak_bytes as i64 - a.peak_bytes as i64)
+        ),
+        "{w}"
+    );
+    assert!(c
+        .eval("return location.search", json!([]))
+        .unwrap()
+        .as_str()
+        .unwrap()
+        .contains("recompute=full"));
+    assert_no_console_errors(&c);
 }
 
 /// The peak chapter's section on reserved memory: the caching allocator replayed when the

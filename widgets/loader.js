@@ -1,4 +1,5 @@
-// Loads the widgets' wasm on pages that have widgets; the bundle hydrates every one of them.
+// Loads the widgets' wasm on pages that have widgets; the bundle renders every one of them over
+// its pre-rendered HTML.
 import init from "./gpumem_widgets.js";
 
 if (document.querySelector("[data-gpumem]")) {

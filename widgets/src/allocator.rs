@@ -7,7 +7,8 @@ use std::rc::Rc;
 use gpumem::{gpu, presets};
 use yew::prelude::*;
 
-use crate::controls::{CountSlider, RadioGroup, Select, Slider};
+use crate::chart::{el, swatch, verdict_p};
+use crate::controls::{count_slider, radio_group, select, slider};
 use crate::format::{gib, params, pct, tokens, Sum};
 use crate::parts::{self, Slice};
 use crate::{store, Init, Knobs};
@@ -22,11 +23,16 @@ pub fn bar(slices: &[Slice], by_slice: bool, total: f64, cap: f64) -> Html {
             .iter()
             .filter(|b| b.bytes > 0.0)
             .map(|b| {
-                html! {
-                    <div class={classes!("gm-seg", format!("gm-c-{}", b.key()))}
-                        style={format!("width:{}", pct(b.bytes, scale))}
-                        title={format!("{}: {}", b.label(), sum.gib(b.bytes))}></div>
-                }
+                el(
+                    "div",
+                    &["class", "style", "title"],
+                    vec![
+                        format!("gm-seg gm-c-{}", b.key()).into(),
+                        format!("width:{}", pct(b.bytes, scale)).into(),
+                        format!("{}: {}", b.label(), sum.gib(b.bytes)).into(),
+                    ],
+                    Html::default(),
+                )
             })
             .collect()
     } else {
@@ -59,7 +65,7 @@ pub fn legend(slices: &[Slice], always: &[&str], total: f64) -> Html {
         <ul class="gm-legend">
             { for shown.into_iter().map(|(b, text)| html! {
                 <li data-bucket={b.key()}>
-                    <span class={classes!("gm-swatch", format!("gm-c-{}", b.key()))} aria-hidden="true"></span>
+                    { swatch(b.key()) }
                     <span class="gm-name">{ b.label() }</span>
                     <span class="gm-num">{ text }</span>
                 </li>
@@ -74,7 +80,7 @@ pub fn key_legend(keys: &[&'static str]) -> Html {
         <ul class="gm-legend">
             { for keys.iter().filter_map(|k| parts::find(k)).map(|p| html! {
                 <li data-bucket={p.key}>
-                    <span class={classes!("gm-swatch", format!("gm-c-{}", p.key))} aria-hidden="true"></span>
+                    { swatch(p.key) }
                     <span class="gm-name">{ p.label }</span>
                 </li>
             }) }
@@ -230,7 +236,7 @@ pub fn use_knobs(init: &Init) -> (Knobs, Callback<Knobs>) {
 }
 
 /// A node ref for a widget's root that gets `data-live` once the widget runs in the browser
-/// (hydrated and listening); tests and readers' scripts can wait for it.
+/// (rendered live and listening); tests and readers' scripts can wait for it.
 #[hook]
 pub fn use_live_marker() -> NodeRef {
     let root = use_node_ref();
@@ -245,8 +251,9 @@ pub fn use_live_marker() -> NodeRef {
     root
 }
 
-#[component]
-pub fn Allocator(init: &Init) -> Html {
+/// The allocator widget, as a hook of the one widget component ([`crate::Widget`]).
+#[hook]
+pub fn use_allocator(init: &Init) -> Html {
     let (k, set) = use_knobs(init);
     let root = use_live_marker();
     let uid = &init.uid;
@@ -409,9 +416,7 @@ pub fn Allocator(init: &Init) -> Html {
                         <span class="gm-of">{ format!("of {cap_text} on {}", est.gpu) }</span>
                     </p>
                     { bar(&slices, show_breakdown, total, cap) }
-                    <p class={classes!("gm-verdict", if est.fits { "gm-ok" } else { "gm-over" })} data-value="verdict">
-                        { if est.fits { "✓ " } else { "✗ " } }{ verdict }
-                    </p>
+                    { verdict_p(est.fits, format!("{}{verdict}", if est.fits { "✓ " } else { "✗ " }), true) }
                     { legend }
                     <p class="gm-note">{ phase_note }</p>
                     // In a box of their own: a note more or less must not make the controls
@@ -432,16 +437,14 @@ pub fn Allocator(init: &Init) -> Html {
             </figcaption>
             { body }
             <div class="gm-controls">
-                <Slider id={format!("{uid}-model")} label="Model" min={0} max={rungs.len().saturating_sub(1) as i64}
-                    value={model_at as i64} valuetext={model_text} on_change={on_model} />
-                <CountSlider id={format!("{uid}-batch")} label="Batch" min={batch_min} max={batch_max}
-                    value={batch} valuetext={batch.to_string()} on_change={on_batch} />
-                <Slider id={format!("{uid}-seq")} label="Sequence" min={0} max={steps.len().saturating_sub(1) as i64}
-                    value={seq_at as i64} valuetext={format!("{} tokens", tokens(seq))} on_change={on_seq} />
-                <RadioGroup id={format!("{uid}-precision")} label="Precision" options={pills}
-                    selected={precision} on_change={on_precision} />
-                <Select id={format!("{uid}-gpu")} label="GPU" options={gpus} selected={selected_gpu}
-                    on_change={on_gpu} />
+                { slider(format!("{uid}-model"), "Model", (0, rungs.len().saturating_sub(1) as i64),
+                    model_at as i64, model_text, on_model) }
+                { count_slider(format!("{uid}-batch"), "Batch", (batch_min, batch_max),
+                    batch, batch.to_string(), on_batch) }
+                { slider(format!("{uid}-seq"), "Sequence", (0, steps.len().saturating_sub(1) as i64),
+                    seq_at as i64, format!("{} tokens", tokens(seq)), on_seq) }
+                { radio_group(format!("{uid}-precision"), "Precision", pills, precision, on_precision) }
+                { select(format!("{uid}-gpu"), "GPU", gpus, selected_gpu, on_gpu) }
             </div>
         </figure>
     }

@@ -8,9 +8,9 @@ use gpumem::{Estimate, Scenario};
 use yew::prelude::*;
 
 use crate::allocator::{use_checked_set, use_knobs, use_live_marker};
-use crate::chart::{fit, n, refused, settings, tick_label, ticks, use_width, Toolbar};
+use crate::chart::{el, fit, n, refused, settings, tick_label, ticks, use_toolbar, use_width};
 use crate::format::{params, tokens, wrap, Sum};
-use crate::levers::Levers;
+use crate::levers::levers;
 use crate::parts;
 use crate::quantity::quantized;
 use crate::Init;
@@ -130,14 +130,16 @@ pub fn why(key: &str, s: &Scenario, e: &Estimate) -> String {
 
 const TOP: f64 = 16.0;
 
-#[component]
-pub fn Breakdown(init: &Init) -> Html {
+/// The breakdown widget, as a hook of the one widget component ([`crate::Widget`]).
+#[hook]
+pub fn use_breakdown(init: &Init) -> Html {
     let (k, set) = use_knobs(init);
     let root = use_live_marker();
     let (svg_ref, w) = use_width();
     let (try_set, refused_msg) = use_checked_set(set);
     let uid = &init.uid;
     let (title_id, summary_id) = (format!("{uid}-title"), format!("{uid}-summary"));
+    let toolbar = use_toolbar(format!("gpumem-breakdown-{}", init.uid), settings(&k));
     let got = k.scenario().and_then(|s| k.estimate().map(|e| (s, e)));
     let (s, e) = match got {
         Ok(x) => x,
@@ -213,10 +215,18 @@ pub fn Breakdown(init: &Init) -> Html {
         let (y0, y1) = (y(acc), y(acc + x.bytes));
         acc += x.bytes;
         blocks[i].anchor = (y0 + y1) / 2.0;
-        rects.push(html! {
-            <rect class={format!("gm-f-{}", x.key())} x={n(bar_x)} y={n(y1)} width={n(bar_w)}
-                height={n((y0 - y1).max(0.0))}><title>{ format!("{}: {t}", x.label()) }</title></rect>
-        });
+        rects.push(el(
+            "rect",
+            &["class", "x", "y", "width", "height"],
+            vec![
+                format!("gm-f-{}", x.key()).into(),
+                n(bar_x).into(),
+                n(y1).into(),
+                n(bar_w).into(),
+                n((y0 - y1).max(0.0)).into(),
+            ],
+            html! { <title>{ format!("{}: {t}", x.label()) }</title> },
+        ));
     }
     let last = blocks.len() - 1;
     blocks[last].anchor = y(cap);
@@ -237,24 +247,37 @@ pub fn Breakdown(init: &Init) -> Html {
         .iter()
         .map(|b| {
             let ly = b.y + shift;
-            let (class, main_class) = if b.key == "capacity" {
+            let cap = b.key == "capacity";
+            let (class, main_class) = if cap {
                 ("gm-ann gm-ann-cap".to_string(), "gm-caplabel")
             } else {
                 (format!("gm-ann gm-s-{}", b.key), "gm-ann-main")
             };
             let leader_x = if b.key == "capacity" { bar_x + bar_w + 8.0 } else { bar_x + bar_w };
-            html! {
-                <g class={class}>
-                    <polyline class={if b.key == "capacity" { "gm-leader gm-capleader" } else { "gm-leader" }} fill="none"
-                        points={format!("{},{} {},{} {},{}", n(leader_x), n(b.anchor), n(label_x - 10.0), n(ly - 4.0), n(label_x - 4.0), n(ly - 4.0))} />
-                    { for b.main.iter().enumerate().map(|(j, l)| html! {
-                        <text x={n(label_x)} y={n(ly + 13.0 * j as f64)} class={main_class}>{ l.clone() }</text>
-                    }) }
-                    { for b.lines.iter().enumerate().map(|(j, l)| html! {
-                        <text x={n(label_x)} y={n(ly + 13.0 * (b.main.len() + j) as f64)} class="gm-ann-why">{ l.clone() }</text>
-                    }) }
-                </g>
-            }
+            let points = format!("{},{} {},{} {},{}", n(leader_x), n(b.anchor), n(label_x - 10.0), n(ly - 4.0), n(label_x - 4.0), n(ly - 4.0));
+            el(
+                "g",
+                &["class"],
+                vec![class.into()],
+                html! {
+                    <>
+                        if cap {
+                            <polyline class="gm-leader gm-capleader" fill="none" {points} />
+                        } else {
+                            <polyline class="gm-leader" fill="none" {points} />
+                        }
+                        { for b.main.iter().enumerate().map(|(j, l)| el(
+                            "text",
+                            &["x", "y", "class"],
+                            vec![n(label_x).into(), n(ly + 13.0 * j as f64).into(), main_class.into()],
+                            html! { { l.clone() } },
+                        )) }
+                        { for b.lines.iter().enumerate().map(|(j, l)| html! {
+                            <text x={n(label_x)} y={n(ly + 13.0 * (b.main.len() + j) as f64)} class="gm-ann-why">{ l.clone() }</text>
+                        }) }
+                    </>
+                },
+            )
         })
         .collect();
     let axis: Html = ticks(total.max(cap))
@@ -292,7 +315,7 @@ pub fn Breakdown(init: &Init) -> Html {
                 <span class="gm-sub">{ format!("{} · b={} · s={} · {}{}", e.model, s.batch, tokens(s.seq), s.precision.name,
                     match &s.finetune { Finetune::Lora(l) => format!(" · {} rank {}", if l.quantized { "QLoRA" } else { "LoRA" }, l.rank), Finetune::Full => String::new() }) }</span>
             </figcaption>
-            <Levers init={init.clone()} knobs={k.clone()} on_change={try_set} />
+            { levers(init, &k, &try_set) }
             if let Some(msg) = &refused_msg {
                 <p class="gm-error" role="alert">{ format!("Not applied: {msg}") }</p>
             }
@@ -301,12 +324,20 @@ pub fn Breakdown(init: &Init) -> Html {
                 { for rects }
                 <line class="gm-capline" x1={n(bar_x - 6.0)} x2={n(bar_x + bar_w + 8.0)} y1={n(y(cap))} y2={n(y(cap))} />
                 { labels }
-                <text class={classes!("gm-verdict-svg", if over { "gm-over" } else { "gm-ok" })} x={n(bar_x + bar_w / 2.0)} y={n(h - 8.0)} text-anchor="middle">
-                    { if over { format!("✗ {gap} over") } else { format!("✓ {gap} free") } }
-                </text>
+                { el(
+                    "text",
+                    &["class", "x", "y", "text-anchor"],
+                    vec![
+                        (if over { "gm-verdict-svg gm-over" } else { "gm-verdict-svg gm-ok" }).into(),
+                        n(bar_x + bar_w / 2.0).into(),
+                        n(h - 8.0).into(),
+                        "middle".into(),
+                    ],
+                    html! { { if over { format!("✗ {gap} over") } else { format!("✓ {gap} free") } } },
+                ) }
             </svg>
             <p class="gm-sr" id={summary_id} aria-live="polite">{ summary }</p>
-            <Toolbar name={format!("gpumem-breakdown-{uid}")} settings={settings(&k)} />
+            { toolbar }
         </figure>
     }
 }

@@ -17,7 +17,7 @@ pub const MAX_WIDTH: f64 = 900.0;
 pub fn ticks_n(max_bytes: f64, n: f64) -> Vec<f64> {
     let max = (max_bytes / GIB).max(1e-3);
     let raw = max / n.max(1.0);
-    let mag = 10f64.powf(raw.log10().floor());
+    let mag = 10f64.powi(raw.log10().floor() as i32);
     let step = [1.0, 2.0, 2.5, 5.0, 10.0]
         .iter()
         .map(|m| m * mag)
@@ -120,13 +120,72 @@ pub fn use_width() -> (NodeRef, f64) {
     (node, *width)
 }
 
+/// An element whose class is computed, built without the `class={…}` of `html!`: that goes
+/// through Yew's `Classes` (an ordered set of names, with its hashing), 3 KB of the gzipped
+/// wasm for names that are always known here as one string. `keys` name the attributes, in
+/// the order `values` gives them.
+pub fn el(
+    tag: &'static str,
+    keys: &'static [&'static str],
+    values: Vec<AttrValue>,
+    children: Html,
+) -> Html {
+    use yew::virtual_dom::{AttributeOrProperty, Attributes, VTag};
+    let mut t = VTag::new(tag);
+    t.set_attributes(Attributes::Dynamic {
+        keys,
+        values: values
+            .into_iter()
+            .map(|v| Some(AttributeOrProperty::Attribute(v)))
+            .collect(),
+    });
+    t.add_child(children);
+    t.into()
+}
+
+/// A part's colour swatch (`gm-swatch gm-c-KEY`), hidden from screen readers.
+pub fn swatch(key: &str) -> Html {
+    el(
+        "span",
+        &["class", "aria-hidden"],
+        vec![format!("gm-swatch gm-c-{key}").into(), "true".into()],
+        Html::default(),
+    )
+}
+
+/// A verdict line, `gm-ok` when `ok` and `gm-over` otherwise; with `data-value="verdict"`
+/// (what tests and readers' scripts read) when `marked`.
+pub fn verdict_p(ok: bool, text: String, marked: bool) -> Html {
+    let class = AttrValue::Static(if ok {
+        "gm-verdict gm-ok"
+    } else {
+        "gm-verdict gm-over"
+    });
+    let text = html! { { text } };
+    if marked {
+        el(
+            "p",
+            &["class", "data-value"],
+            vec![class, "verdict".into()],
+            text,
+        )
+    } else {
+        el("p", &["class"], vec![class], text)
+    }
+}
+
 /// A widget whose scenario the engine refuses: the figure with the engine's message.
 pub fn refused(widget: &'static str, root: NodeRef, err: impl std::fmt::Display) -> Html {
-    html! {
-        <figure class={classes!("gm", format!("gm-{widget}"))} data-widget={widget} ref={root}>
-            <p class="gm-error" role="alert">{ format!("Cannot estimate: {err}") }</p>
-        </figure>
+    let mut f = el(
+        "figure",
+        &["class", "data-widget"],
+        vec![format!("gm gm-{widget}").into(), widget.into()],
+        html! { <p class="gm-error" role="alert">{ format!("Cannot estimate: {err}") }</p> },
+    );
+    if let Html::VTag(t) = &mut f {
+        std::rc::Rc::make_mut(t).node_ref = root;
     }
+    f
 }
 
 /// The scenario in a line, for exported files: `model=llama3.1-8b · batch=1 · seq=2k`.
@@ -138,15 +197,6 @@ pub fn settings(k: &crate::Knobs) -> String {
         .join(" · ")
 }
 
-#[derive(Properties, PartialEq)]
-pub struct ToolbarProps {
-    /// The widget's uid: the file names of exports derive from it.
-    pub name: AttrValue,
-    /// The scenario, written into exported files.
-    #[prop_or_default]
-    pub settings: AttrValue,
-}
-
 /// What the toolbar says after an action, and a link to show when it could not be copied.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Status {
@@ -155,13 +205,16 @@ pub struct Status {
 }
 
 /// Copy a permalink to this view; save the chart as SVG or PNG. Hidden until the widget is
-/// live (the buttons need the script).
-#[component]
-pub fn Toolbar(p: &ToolbarProps) -> Html {
+/// live (the buttons need the script). `name` is the widget's file name for exports (from its
+/// uid), `settings` the scenario written into exported files. A hook rather than a component
+/// (Yew's code for a component type is not in the wasm for it): call it with the widget's
+/// other hooks.
+#[hook]
+pub fn use_toolbar(name: String, settings: String) -> Html {
     let status = use_state(Status::default);
     let act = |what: &'static str| {
         let status = status.clone();
-        let (name, settings) = (p.name.to_string(), p.settings.to_string());
+        let (name, settings) = (name.clone(), settings.clone());
         Callback::from(move |e: MouseEvent| {
             let s = status.setter();
             let report = Callback::from(move |st: Status| s.set(st));

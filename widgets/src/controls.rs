@@ -1,75 +1,63 @@
 //! Controls every widget uses: a labelled native range slider, a radiogroup of pills and a
 //! select. All keyboard-operable, all announcing their values in words.
+//!
+//! Plain functions rather than components: a Yew component type costs its creation, mounting
+//! and props code in the wasm, and these keep no state of their own.
 
 use web_sys::{HtmlElement, HtmlInputElement, HtmlSelectElement, KeyboardEvent};
 use yew::prelude::*;
 
-#[derive(Properties, PartialEq)]
-pub struct SliderProps {
-    pub id: AttrValue,
-    pub label: AttrValue,
-    pub min: i64,
-    pub max: i64,
-    pub value: i64,
-    /// The value in words, for the visible readout and `aria-valuetext`.
-    pub valuetext: AttrValue,
-    pub on_change: Callback<i64>,
-}
-
-/// A native `<input type="range">` with its label and readout.
-#[component]
-pub fn Slider(p: &SliderProps) -> Html {
-    let oninput = {
-        let cb = p.on_change.clone();
-        Callback::from(move |e: InputEvent| {
-            let el: HtmlInputElement = e.target_unchecked_into();
-            if let Ok(v) = el.value().parse::<i64>() {
-                cb.emit(v);
-            }
-        })
-    };
+/// A native `<input type="range">` with its label and readout; `valuetext` is the value in
+/// words, for the visible readout and `aria-valuetext`.
+pub fn slider(
+    id: String,
+    label: &'static str,
+    (min, max): (i64, i64),
+    value: i64,
+    valuetext: String,
+    on_change: Callback<i64>,
+) -> Html {
+    let oninput = Callback::from(move |e: InputEvent| {
+        let el: HtmlInputElement = e.target_unchecked_into();
+        if let Ok(v) = el.value().parse::<i64>() {
+            on_change.emit(v);
+        }
+    });
     html! {
         <div class="gm-control">
-            <label for={p.id.clone()}>{ p.label.clone() }</label>
-            <input type="range" id={p.id.clone()} min={p.min.to_string()} max={p.max.to_string()}
-                step="1" value={p.value.to_string()}
-                aria-valuemin={p.min.to_string()} aria-valuemax={p.max.to_string()}
-                aria-valuenow={p.value.to_string()} aria-valuetext={p.valuetext.clone()}
+            <label for={id.clone()}>{ label }</label>
+            <input type="range" id={id.clone()} min={min.to_string()} max={max.to_string()}
+                step="1" value={value.to_string()}
+                aria-valuemin={min.to_string()} aria-valuemax={max.to_string()}
+                aria-valuenow={value.to_string()} aria-valuetext={valuetext.clone()}
                 {oninput} />
-            <output for={p.id.clone()} aria-hidden="true">{ p.valuetext.clone() }</output>
+            <output for={id} aria-hidden="true">{ valuetext }</output>
         </div>
     }
 }
 
-#[derive(Properties, PartialEq)]
-pub struct CountSliderProps {
-    pub id: AttrValue,
-    pub label: AttrValue,
-    pub min: u64,
-    pub max: u64,
-    pub value: u64,
-    /// The value in words, for the visible readout and `aria-valuetext`.
-    pub valuetext: AttrValue,
-    pub on_change: Callback<u64>,
-}
-
-/// Positions per doubling on a [`CountSlider`]'s track.
+/// Positions per doubling on a [`count_slider`]'s track.
 const PER_OCTAVE: f64 = 16.0;
 
 /// A whole number on a log scale: dragging moves through 1, 2, 4, … evenly, while the arrow
 /// keys step by one, so every number in the range can be reached (Page Up/Down double and
 /// halve, Home/End jump to the ends).
-#[component]
-pub fn CountSlider(p: &CountSliderProps) -> Html {
-    let (min, max) = (p.min.max(1), p.max.max(p.min.max(1)));
+pub fn count_slider(
+    id: String,
+    label: &'static str,
+    (min, max): (u64, u64),
+    value: u64,
+    valuetext: String,
+    on_change: Callback<u64>,
+) -> Html {
+    let (min, max) = (min.max(1), max.max(min.max(1)));
     let span = (max as f64 / min as f64).log2();
     let positions = (span * PER_OCTAVE).ceil().max(1.0) as i64;
-    let at = |v: u64| -> i64 {
-        ((v.clamp(min, max) as f64 / min as f64).log2() / span.max(1e-9) * positions as f64).round()
-            as i64
-    };
+    let at = ((value.clamp(min, max) as f64 / min as f64).log2() / span.max(1e-9)
+        * positions as f64)
+        .round() as i64;
     let oninput = {
-        let cb = p.on_change.clone();
+        let cb = on_change.clone();
         Callback::from(move |e: InputEvent| {
             let el: HtmlInputElement = e.target_unchecked_into();
             if let Ok(i) = el.value().parse::<i64>() {
@@ -79,65 +67,104 @@ pub fn CountSlider(p: &CountSliderProps) -> Html {
             }
         })
     };
-    // The value the keys step from: the last one sent, so that keys pressed faster than the
-    // page redraws each count.
-    let sent = use_mut_ref(|| p.value);
-    *sent.borrow_mut() = p.value;
-    let onkeydown = {
-        let (cb, sent) = (p.on_change.clone(), sent.clone());
-        Callback::from(move |e: KeyboardEvent| {
-            let value = *sent.borrow();
-            let to = match e.key().as_str() {
-                "ArrowRight" | "ArrowUp" => value.saturating_add(1),
-                "ArrowLeft" | "ArrowDown" => value.saturating_sub(1),
-                "PageUp" => value.saturating_mul(2),
-                "PageDown" => value / 2,
-                "Home" => min,
-                "End" => max,
-                _ => return,
-            };
-            e.prevent_default();
-            e.stop_propagation();
-            let to = to.clamp(min, max);
-            *sent.borrow_mut() = to;
-            cb.emit(to);
-        })
-    };
+    // The value the keys step from: the last one sent (kept on the input, `data-sent`), so
+    // that keys pressed faster than the page redraws each count.
+    let onkeydown = Callback::from(move |e: KeyboardEvent| {
+        let el: HtmlInputElement = e.target_unchecked_into();
+        let value = el
+            .get_attribute("data-sent")
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(min);
+        let to = match e.key().as_str() {
+            "ArrowRight" | "ArrowUp" => value.saturating_add(1),
+            "ArrowLeft" | "ArrowDown" => value.saturating_sub(1),
+            "PageUp" => value.saturating_mul(2),
+            "PageDown" => value / 2,
+            "Home" => min,
+            "End" => max,
+            _ => return,
+        };
+        e.prevent_default();
+        e.stop_propagation();
+        let to = to.clamp(min, max);
+        let _ = el.set_attribute("data-sent", &to.to_string());
+        on_change.emit(to);
+    });
     html! {
         <div class="gm-control">
-            <label for={p.id.clone()}>{ p.label.clone() }</label>
-            <input type="range" id={p.id.clone()} min="0" max={positions.to_string()}
-                step="1" value={at(p.value).to_string()}
+            <label for={id.clone()}>{ label }</label>
+            <input type="range" id={id.clone()} min="0" max={positions.to_string()}
+                step="1" value={at.to_string()}
                 aria-valuemin={min.to_string()} aria-valuemax={max.to_string()}
-                aria-valuenow={p.value.to_string()} aria-valuetext={p.valuetext.clone()}
-                {oninput} {onkeydown} />
-            <output for={p.id.clone()} aria-hidden="true">{ p.valuetext.clone() }</output>
+                aria-valuenow={value.to_string()} aria-valuetext={valuetext.clone()}
+                data-sent={value.to_string()} {oninput} {onkeydown} />
+            <output for={id} aria-hidden="true">{ valuetext }</output>
         </div>
     }
 }
 
-/// A choice among named values: the radiogroup's and the select's props.
-#[derive(Properties, PartialEq)]
-pub struct ChoiceProps {
-    pub id: AttrValue,
-    pub label: AttrValue,
-    /// (value, label) pairs.
-    pub options: Vec<(String, String)>,
-    pub selected: String,
-    pub on_change: Callback<String>,
-}
-
 /// Pills as a WAI-ARIA radiogroup: Tab reaches the checked pill, arrows move and select,
-/// Home/End jump, Space and Enter select the focused pill.
-#[component]
-pub fn RadioGroup(p: &ChoiceProps) -> Html {
-    let refs = use_memo(p.options.len(), |n| {
-        (0..*n).map(|_| NodeRef::default()).collect::<Vec<_>>()
+/// Home/End jump, Space and Enter select the focused pill. `options` are (value, label).
+pub fn radio_group(
+    id: String,
+    label: &'static str,
+    options: Vec<(String, String)>,
+    selected: String,
+    on_change: Callback<String>,
+) -> Html {
+    let n = options.len();
+    let checked = options.iter().position(|(v, _)| *v == selected);
+    let label_id = format!("{id}-label");
+    let values: std::rc::Rc<[String]> = options.iter().map(|(v, _)| v.clone()).collect();
+    // One handler for the group: the pill is the event's target, its place its `data-i`.
+    let pick = move |target: Option<web_sys::EventTarget>, key: Option<&str>| -> bool {
+        use web_sys::wasm_bindgen::JsCast;
+        let Some(el) = target.and_then(|t| t.dyn_into::<web_sys::Element>().ok()) else {
+            return false;
+        };
+        let Some(i) = el
+            .get_attribute("data-i")
+            .and_then(|v| v.parse::<usize>().ok())
+        else {
+            return false;
+        };
+        let to = match key {
+            None => i,
+            Some("ArrowRight" | "ArrowDown") => (i + 1) % n,
+            Some("ArrowLeft" | "ArrowUp") => (i + n - 1) % n,
+            Some("Home") => 0,
+            Some("End") => n - 1,
+            Some(_) => return false,
+        };
+        if key.is_some() {
+            if let Some(b) = el
+                .parent_element()
+                .and_then(|p| p.children().item(to as u32))
+            {
+                let _ = b.unchecked_into::<HtmlElement>().focus();
+            }
+        }
+        if let Some(v) = values.get(to) {
+            on_change.emit(v.clone());
+        }
+        true
+    };
+    let pick = std::rc::Rc::new(pick);
+    let onclick = {
+        let pick = pick.clone();
+        Callback::from(move |e: MouseEvent| {
+            pick(e.target(), None);
+        })
+    };
+    let onkeydown = Callback::from(move |e: KeyboardEvent| {
+        // The key is ours: not the browser's, nor the book's (mdBook turns the pages with
+        // the arrow keys).
+        if pick(e.target(), Some(e.key().as_str())) {
+            e.prevent_default();
+            e.stop_propagation();
+        }
     });
-    let n = p.options.len();
-    let checked = p.options.iter().position(|(v, _)| *v == p.selected);
-    let label_id = format!("{}-label", p.id);
-    let pills = p.options.iter().enumerate().map(|(i, (value, text))| {
+    let pills = options.into_iter().enumerate().map(|(i, (_, text))| {
         let is_checked = Some(i) == checked;
         // Roving tabindex: the checked pill (or the first, when none is) takes Tab.
         let tab = if is_checked || (checked.is_none() && i == 0) {
@@ -145,63 +172,38 @@ pub fn RadioGroup(p: &ChoiceProps) -> Html {
         } else {
             "-1"
         };
-        let onclick = {
-            let cb = p.on_change.clone();
-            let v = value.clone();
-            Callback::from(move |_: MouseEvent| cb.emit(v.clone()))
-        };
-        let onkeydown = {
-            let cb = p.on_change.clone();
-            let values: Vec<String> = p.options.iter().map(|(v, _)| v.clone()).collect();
-            let refs = refs.clone();
-            Callback::from(move |e: KeyboardEvent| {
-                let to = match e.key().as_str() {
-                    "ArrowRight" | "ArrowDown" => (i + 1) % n,
-                    "ArrowLeft" | "ArrowUp" => (i + n - 1) % n,
-                    "Home" => 0,
-                    "End" => n - 1,
-                    _ => return,
-                };
-                // The key is ours: not the browser's, nor the book's (mdBook turns the
-                // pages with the arrow keys).
-                e.prevent_default();
-                e.stop_propagation();
-                if let Some(el) = refs[to].cast::<HtmlElement>() {
-                    let _ = el.focus();
-                }
-                cb.emit(values[to].clone());
-            })
-        };
         html! {
-            <button type="button" role="radio" class="gm-pill" ref={refs[i].clone()}
-                aria-checked={if is_checked { "true" } else { "false" }} tabindex={tab}
-                {onclick} {onkeydown}>{ text.clone() }</button>
+            <button type="button" role="radio" class="gm-pill" data-i={i.to_string()}
+                aria-checked={if is_checked { "true" } else { "false" }} tabindex={tab}>{ text }</button>
         }
     });
     html! {
         <div class="gm-control">
-            <span class="gm-label" id={label_id.clone()}>{ p.label.clone() }</span>
-            <div class="gm-pills" role="radiogroup" aria-labelledby={label_id}>{ for pills }</div>
+            <span class="gm-label" id={label_id.clone()}>{ label }</span>
+            <div class="gm-pills" role="radiogroup" aria-labelledby={label_id} {onclick} {onkeydown}>{ for pills }</div>
         </div>
     }
 }
 
-/// A native `<select>` with its label.
-#[component]
-pub fn Select(p: &ChoiceProps) -> Html {
-    let onchange = {
-        let cb = p.on_change.clone();
-        Callback::from(move |e: Event| {
-            let el: HtmlSelectElement = e.target_unchecked_into();
-            cb.emit(el.value());
-        })
-    };
+/// A native `<select>` with its label. `options` are (value, label).
+pub fn select(
+    id: String,
+    label: &'static str,
+    options: Vec<(String, String)>,
+    selected: String,
+    on_change: Callback<String>,
+) -> Html {
+    let onchange = Callback::from(move |e: Event| {
+        let el: HtmlSelectElement = e.target_unchecked_into();
+        on_change.emit(el.value());
+    });
     html! {
         <div class="gm-control">
-            <label for={p.id.clone()}>{ p.label.clone() }</label>
-            <select id={p.id.clone()} {onchange}>
-                { for p.options.iter().map(|(v, t)| html! {
-                    <option value={v.clone()} selected={*v == p.selected}>{ t.clone() }</option>
+            <label for={id.clone()}>{ label }</label>
+            <select id={id} {onchange}>
+                { for options.into_iter().map(|(v, t)| {
+                    let sel = v == selected;
+                    html! { <option value={v} selected={sel}>{ t }</option> }
                 }) }
             </select>
         </div>

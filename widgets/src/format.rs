@@ -33,6 +33,16 @@ pub fn gib(bytes: f64) -> String {
     format!("{} GiB", signed(bytes / GIB, decimals(bytes)))
 }
 
+/// A change in size with its sign: "+56.0 MiB", "−1.95 GiB" (MiB below 1 GiB).
+pub fn delta(bytes: f64) -> String {
+    let plus = if bytes > 0.0 { "+" } else { "" };
+    if bytes.abs() < GIB {
+        format!("{plus}{} MiB", signed(bytes / 1048576.0, 1))
+    } else {
+        format!("{plus}{} GiB", signed(bytes / GIB, 2))
+    }
+}
+
 /// Sizes that are shown as a sum: every part rounded at the total's decimals, and the
 /// rounding of the parts shared out (largest remainders first) so that the parts as displayed
 /// add up to the total as displayed.
@@ -127,15 +137,7 @@ pub fn tokens(n: u64) -> String {
 
 /// A whole number with thousands separators: 8030261248 → "8,030,261,248".
 pub fn count(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
+    gpumem::num::thousands(n)
 }
 
 /// A count scaled to three significant figures: 8,030,261,248 → "8.03B", 124,439,808 →

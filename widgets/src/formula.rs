@@ -29,8 +29,9 @@ fn symbols(text: &str) -> Html {
     out.into_iter().collect()
 }
 
-#[component]
-pub fn Formula(init: &Init) -> Html {
+/// The formula widget, as a hook of the one widget component ([`crate::Widget`]).
+#[hook]
+pub fn use_formula(init: &Init) -> Html {
     let (k, _) = use_knobs(init);
     let root = use_live_marker();
     let q = init.option("quantity").unwrap_or("peak");

@@ -4,7 +4,7 @@
 
 use yew::prelude::*;
 
-use crate::controls::{RadioGroup, Select};
+use crate::controls::{radio_group, select};
 use crate::{Init, Knobs};
 
 /// The levers a widget may carry.
@@ -64,34 +64,31 @@ const TARGETS: &[(&str, &str)] = &[
     ("all-linear", "every linear layer"),
 ];
 
-#[derive(Properties, PartialEq)]
-pub struct LeversProps {
-    pub init: Init,
-    pub knobs: Knobs,
-    pub on_change: Callback<Knobs>,
-}
-
-/// The controls for the levers the widget's `levers` option names (none when it names none).
-#[component]
-pub fn Levers(p: &LeversProps) -> Html {
-    let Some(list) = p.init.option("levers") else {
+/// The controls for the levers the widget's `levers` option names (none when it names none):
+/// each sets one knob of `knobs` and hands the result to `on_change`.
+pub fn levers(init: &Init, knobs: &Knobs, on_change: &Callback<Knobs>) -> Html {
+    let Some(list) = init.option("levers") else {
         return html! {};
     };
-    let uid = &p.init.uid;
-    let k = &p.knobs;
+    let uid = &init.uid;
+    let k = knobs;
     let radio = |key: &'static str, label: &'static str, opts: &[(&str, &str)], dflt: &str| {
         let selected = k.get(key).unwrap_or(dflt).to_string();
-        let (k, cb) = (k.clone(), p.on_change.clone());
+        let (k, cb) = (k.clone(), on_change.clone());
         let on_change = Callback::from(move |v: String| cb.emit(k.with(key, v)));
-        html! {
-            <RadioGroup id={format!("{uid}-{key}")} label={label}
-                options={opts.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect::<Vec<_>>()}
-                {selected} {on_change} />
-        }
+        radio_group(
+            format!("{uid}-{key}"),
+            label,
+            opts.iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect(),
+            selected,
+            on_change,
+        )
     };
     let tuning = Tuning::read(k);
     let tune = |f: fn(&mut Tuning, String)| {
-        let (k, cb, t) = (k.clone(), p.on_change.clone(), tuning.clone());
+        let (k, cb, t) = (k.clone(), on_change.clone(), tuning.clone());
         Callback::from(move |v: String| {
             let mut t = t.clone();
             f(&mut t, v);
@@ -112,34 +109,65 @@ pub fn Levers(p: &LeversProps) -> Html {
             "recompute" => radio(
                 "recompute",
                 "Recomputation",
-                &[("none", "none"), ("selective", "selective"), ("full", "full")],
+                &[
+                    ("none", "none"),
+                    ("selective", "selective"),
+                    ("full", "full"),
+                ],
                 "none",
             ),
             "loss" => radio(
                 "loss",
                 "Loss",
-                &[("standard", "standard (fp32 logits)"), ("fused", "fused, chunked")],
+                &[
+                    ("standard", "standard (fp32 logits)"),
+                    ("fused", "fused, chunked"),
+                ],
                 "standard",
             ),
-            "finetune" => html! {
-                <RadioGroup id={format!("{uid}-finetune")} label="Fine-tuning"
-                    options={vec![("full".to_string(), "full".to_string()), ("lora".to_string(), "LoRA".to_string()), ("qlora".to_string(), "QLoRA (NF4 base)".to_string())]}
-                    selected={tuning.method.clone()} on_change={tune(|t, v| t.method = v)} />
-            },
-            "rank" if lora => html! {
-                <Select id={format!("{uid}-rank")} label="LoRA rank"
-                    options={["4", "8", "16", "32", "64", "128", "256"].iter().map(|r| (r.to_string(), r.to_string()))
-                        .chain((!["4", "8", "16", "32", "64", "128", "256"].contains(&tuning.rank.as_str())).then(|| (tuning.rank.clone(), tuning.rank.clone())))
-                        .collect::<Vec<_>>()}
-                    selected={tuning.rank.clone()} on_change={tune(|t, v| t.rank = v)} />
-            },
-            "targets" if lora => html! {
-                <Select id={format!("{uid}-targets")} label="Adapters on"
-                    options={TARGETS.iter().map(|(a, b)| (a.to_string(), b.to_string()))
-                        .chain((!TARGETS.iter().any(|(a, _)| *a == tuning.targets)).then(|| (tuning.targets.clone(), tuning.targets.replace('+', ", "))))
-                        .collect::<Vec<_>>()}
-                    selected={tuning.targets.clone()} on_change={tune(|t, v| t.targets = v)} />
-            },
+            "finetune" => radio_group(
+                format!("{uid}-finetune"),
+                "Fine-tuning",
+                [
+                    ("full", "full"),
+                    ("lora", "LoRA"),
+                    ("qlora", "QLoRA (NF4 base)"),
+                ]
+                .iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect(),
+                tuning.method.clone(),
+                tune(|t, v| t.method = v),
+            ),
+            "rank" if lora => select(
+                format!("{uid}-rank"),
+                "LoRA rank",
+                ["4", "8", "16", "32", "64", "128", "256"]
+                    .iter()
+                    .map(|r| (r.to_string(), r.to_string()))
+                    .chain(
+                        (!["4", "8", "16", "32", "64", "128", "256"]
+                            .contains(&tuning.rank.as_str()))
+                        .then(|| (tuning.rank.clone(), tuning.rank.clone())),
+                    )
+                    .collect(),
+                tuning.rank.clone(),
+                tune(|t, v| t.rank = v),
+            ),
+            "targets" if lora => select(
+                format!("{uid}-targets"),
+                "Adapters on",
+                TARGETS
+                    .iter()
+                    .map(|(a, b)| (a.to_string(), b.to_string()))
+                    .chain(
+                        (!TARGETS.iter().any(|(a, _)| *a == tuning.targets))
+                            .then(|| (tuning.targets.clone(), tuning.targets.replace('+', ", "))),
+                    )
+                    .collect(),
+                tuning.targets.clone(),
+                tune(|t, v| t.targets = v),
+            ),
             _ => html! {},
         })
         .collect();

@@ -2,8 +2,10 @@
 //!
 //! Natively (the book build) each widget renders to HTML with Yew's server renderer, so pages
 //! carry the right numbers before any script runs. In the browser the one wasm bundle finds
-//! every host element (`[data-gpumem]`, whose JSON is an [`Init`]) and hydrates it with the
-//! same component and the same engine. Widgets whose scope is the page share one set of knobs
+//! every host element (`[data-gpumem]`, whose JSON is an [`Init`]) and renders it again, in
+//! its place, with the same component and the same engine: the same HTML, now live. (Rendered
+//! over rather than hydrated: Yew's hydration, with the Unicode case tables only it needed,
+//! cost 16 KB of the gzipped bundle.) Widgets whose scope is the page share one set of knobs
 //! (see [`store`]): moving a slider in one re-evaluates them all.
 
 use serde::Serialize;
@@ -15,15 +17,20 @@ pub mod allocator;
 pub mod breakdown;
 pub mod chart;
 pub mod controls;
+pub mod diff;
+pub mod exercise;
 pub mod export;
 pub mod format;
 pub mod formula;
+pub mod ledger;
 pub mod levers;
 pub mod parallelism;
 pub mod parts;
 pub mod precision;
 pub mod quantity;
-/// Drawn when the book is built, not hydrated (it would cost the wasm a second replay's code).
+pub mod remedies;
+/// Drawn when the book is built, never in the browser (it would cost the wasm a second
+/// replay's code).
 #[cfg(not(target_arch = "wasm32"))]
 pub mod segments;
 pub mod store;
@@ -31,6 +38,12 @@ pub mod sweep;
 pub mod timeline;
 pub mod value;
 pub mod zero;
+
+/// The wasm's allocator: talc, smaller in the bundle than Rust's default (dlmalloc). The
+/// widgets run on one thread (no `atomics`).
+#[cfg(all(target_family = "wasm", not(target_feature = "atomics")))]
+#[global_allocator]
+static ALLOCATOR: talc::wasm::WasmDynamicTalc = talc::wasm::new_wasm_dynamic_allocator();
 
 /// How many estimates [`Knobs::estimate`] remembers (a sweep's points and the page's own).
 const ESTIMATES_REMEMBERED: usize = 64;
@@ -89,7 +102,7 @@ impl Knobs {
         }
         // The caching allocator is not replayed here, in the book's build as in the browser
         // (whose wasm does not carry the replay): a widget shows the same figures before and
-        // after hydration. The book's replayed figures are drawn at build time instead
+        // once it is live. The book's replayed figures are drawn at build time instead
         // (`segments`, and the `value`s of reserved memory).
         let e = self.scenario().and_then(|mut s| {
             s.allocator.replay = false;
@@ -106,8 +119,58 @@ impl Knobs {
     }
 }
 
+impl Knobs {
+    /// The engine's op-level timeline for these knobs (the last few remembered: a chapter
+    /// may show it twice, and a slider comes back to where it was).
+    pub fn timeline(&self) -> std::rc::Rc<gpumem::Result<gpumem::timeline::OpTimeline>> {
+        type Memo = Vec<(
+            Knobs,
+            std::rc::Rc<gpumem::Result<gpumem::timeline::OpTimeline>>,
+        )>;
+        thread_local! {
+            static RECENT: std::cell::RefCell<Memo> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        if let Some(hit) = RECENT.with(|r| {
+            r.borrow()
+                .iter()
+                .find(|(k, _)| k == self)
+                .map(|(_, t)| t.clone())
+        }) {
+            return hit;
+        }
+        let t = std::rc::Rc::new(
+            self.scenario()
+                .and_then(|s| gpumem::timeline::op_timeline(&s)),
+        );
+        RECENT.with(|r| {
+            let mut r = r.borrow_mut();
+            if r.len() >= 4 {
+                let _ = r.remove(0);
+            }
+            r.push((self.clone(), t.clone()));
+        });
+        t
+    }
+
+    /// These knobs with changes written `key=value key=value` (a widget's `with` option)
+    /// applied in order; a change that is not `key=value` or names no knob is an error.
+    pub fn with_changes(&self, changes: &str) -> Result<Knobs, String> {
+        let mut k = self.clone();
+        for c in changes.split_whitespace() {
+            let (key, v) = c
+                .split_once('=')
+                .ok_or_else(|| format!("'{}' is not key=value", gpumem::knobs::shown(c)))?;
+            if !gpumem::knobs::KNOBS.contains(&key) {
+                return Err(format!("'{}' is not a knob", gpumem::knobs::shown(key)));
+            }
+            k = k.with(key, v);
+        }
+        Ok(k)
+    }
+}
+
 /// What a widget starts from: written by the book build into the host element, read back by
-/// the wasm when it hydrates.
+/// the wasm when it renders the widget live.
 #[derive(Clone, Debug, PartialEq, Serialize, Properties)]
 pub struct Init {
     /// The widget's name (`allocator`, …).
@@ -174,6 +237,10 @@ pub const RENDERED: &[&str] = &[
     "zero",
     "precision",
     "parallelism",
+    "diff",
+    "exercise",
+    "ledger",
+    "remedies",
     "segments",
 ];
 
@@ -183,35 +250,71 @@ pub const INLINE: &[&str] = &["value"];
 /// The attribute of a host element that carries its [`Init`] as JSON.
 pub const HOST_ATTR: &str = "data-gpumem";
 
-/// Render a widget to HTML (the book build). The HTML hydrates in the browser.
+/// Every widget is this one component: the widget `init` names, its hooks run as hooks of
+/// this component (a host's widget never changes, so each host runs the same hooks in the
+/// same order at every render). One component type instead of one per widget keeps Yew's
+/// per-component code (creation, mounting, scheduling) in the wasm once.
+#[yew::component]
+pub fn Widget(init: &Init) -> yew::Html {
+    use_widget(init)
+}
+
+/// The widget `init` names, run as a hook of [`Widget`].
+fn use_widget(init: &Init) -> WidgetHook<'_> {
+    WidgetHook(init)
+}
+
+struct WidgetHook<'a>(&'a Init);
+
+impl yew::functional::Hook for WidgetHook<'_> {
+    type Output = yew::Html;
+
+    fn run(self, ctx: &mut yew::functional::HookContext) -> yew::Html {
+        let i = self.0;
+        match i.widget.as_str() {
+            "allocator" => allocator::use_allocator(i).run(ctx),
+            "breakdown" => breakdown::use_breakdown(i).run(ctx),
+            "timeline" => timeline::use_timeline(i).run(ctx),
+            "sweep" => sweep::use_sweep(i).run(ctx),
+            "value" => value::use_value(i).run(ctx),
+            "formula" => formula::use_formula(i).run(ctx),
+            "zero" => zero::use_zero(i).run(ctx),
+            "precision" => precision::use_precision(i).run(ctx),
+            "parallelism" => parallelism::use_parallelism(i).run(ctx),
+            "diff" => diff::use_diff(i).run(ctx),
+            "exercise" => exercise::use_exercise(i).run(ctx),
+            "ledger" => ledger::use_ledger(i).run(ctx),
+            "remedies" => remedies::use_remedies(i).run(ctx),
+            _ => yew::Html::default(),
+        }
+    }
+}
+
+/// Render a widget to HTML (the book build). In the browser the same component renders it
+/// again, over it.
 #[cfg(not(target_arch = "wasm32"))]
 pub fn render(init: &Init) -> Result<String, String> {
-    fn ssr<C: yew::BaseComponent<Properties = Init>>(init: &Init) -> String {
-        futures::executor::block_on(
-            yew::LocalServerRenderer::<C>::with_props(init.clone())
-                .hydratable(true)
-                .render(),
-        )
+    if !RENDERED.contains(&init.widget.as_str()) {
+        return Err(format!(
+            "the {} widget is not built yet (built: {})",
+            init.widget,
+            RENDERED.join(", ")
+        ));
     }
-    let html = match init.widget.as_str() {
-        "allocator" => ssr::<allocator::Allocator>(init),
-        "breakdown" => ssr::<breakdown::Breakdown>(init),
-        "timeline" => ssr::<timeline::Timeline>(init),
-        "sweep" => ssr::<sweep::Sweep>(init),
-        "value" => ssr::<value::Value>(init),
-        "formula" => ssr::<formula::Formula>(init),
-        "zero" => ssr::<zero::Zero>(init),
-        "precision" => ssr::<precision::PrecisionPanel>(init),
-        "parallelism" => ssr::<parallelism::Parallelism>(init),
-        "segments" => ssr::<segments::Segments>(init),
-        other => {
-            return Err(format!(
-                "the {other} widget is not built yet (built: {})",
-                RENDERED.join(", ")
-            ))
-        }
-    };
-    Ok(html)
+    // The segments are drawn at build time only, with the allocator replayed: a component
+    // of their own, natively.
+    if init.widget == "segments" {
+        return Ok(futures::executor::block_on(
+            yew::LocalServerRenderer::<segments::Segments>::with_props(init.clone())
+                .hydratable(false)
+                .render(),
+        ));
+    }
+    Ok(futures::executor::block_on(
+        yew::LocalServerRenderer::<Widget>::with_props(init.clone())
+            .hydratable(false)
+            .render(),
+    ))
 }
 
 /// The host element the book build writes: the widget's pre-rendered HTML inside an element
@@ -232,7 +335,9 @@ pub fn host_html(init: &Init) -> Result<String, String> {
     ))
 }
 
-/// The browser entry point: hydrate every widget host on the page.
+/// The browser entry point: render every widget host on the page over its pre-rendered HTML
+/// (Yew empties the host and renders into it within the same task: nothing is painted in
+/// between).
 #[cfg(target_arch = "wasm32")]
 #[wasm_bindgen::prelude::wasm_bindgen(start)]
 pub fn start() {
@@ -265,20 +370,9 @@ pub fn start() {
         store::url::read(&d.page, &d.knobs);
     }
     for (el, init) in widgets {
-        fn hydrate<C: yew::BaseComponent<Properties = Init>>(el: web_sys::Element, init: Init) {
-            yew::Renderer::<C>::with_root_and_props(el, init).hydrate();
-        }
-        match init.widget.as_str() {
-            "allocator" => hydrate::<allocator::Allocator>(el, init),
-            "breakdown" => hydrate::<breakdown::Breakdown>(el, init),
-            "timeline" => hydrate::<timeline::Timeline>(el, init),
-            "sweep" => hydrate::<sweep::Sweep>(el, init),
-            "value" => hydrate::<value::Value>(el, init),
-            "formula" => hydrate::<formula::Formula>(el, init),
-            "zero" => hydrate::<zero::Zero>(el, init),
-            "precision" => hydrate::<precision::PrecisionPanel>(el, init),
-            "parallelism" => hydrate::<parallelism::Parallelism>(el, init),
-            _ => continue,
+        // (The segments are drawn at build time: the browser keeps them as drawn.)
+        if RENDERED.contains(&init.widget.as_str()) && init.widget != "segments" {
+            yew::Renderer::<Widget>::with_root_and_props(el, init).render();
         }
     }
 }

@@ -14,8 +14,8 @@ use web_sys::{HtmlInputElement, HtmlTextAreaElement};
 use yew::prelude::*;
 
 use crate::allocator::{legend, precision_label, use_checked_set, use_knobs, use_live_marker};
-use crate::chart::{grid, n, settings, ticks, use_width, Toolbar};
-use crate::controls::{RadioGroup, Select};
+use crate::chart::{el, grid, n, settings, ticks, use_toolbar, use_width, verdict_p};
+use crate::controls::{radio_group, select};
 use crate::format::{gib, params, tokens, Sum};
 use crate::parts::{self, Slice};
 use crate::{Init, Knobs};
@@ -152,33 +152,21 @@ fn secs(x: f64) -> String {
     }
 }
 
-/// A labelled whole-number input.
-#[derive(Properties, PartialEq)]
-struct NumProps {
-    id: AttrValue,
-    label: AttrValue,
-    value: u64,
-    on_change: Callback<u64>,
-}
-
-/// Applied when the reader commits the number (Enter, leaving the field, the spinner's
-/// arrows), not on every key: "16" is typed as 1 then 6, and 1 is a layout of its own.
-#[component]
-fn Num(p: &NumProps) -> Html {
-    let onchange = {
-        let cb = p.on_change.clone();
-        Callback::from(move |e: Event| {
-            let el: HtmlInputElement = e.target_unchecked_into();
-            if let Ok(v) = el.value().trim().parse::<u64>() {
-                cb.emit(v);
-            }
-        })
-    };
+/// A labelled whole-number input, applied when the reader commits the number (Enter,
+/// leaving the field, the spinner's arrows), not on every key: "16" is typed as 1 then 6, and
+/// 1 is a layout of its own.
+fn num(id: String, label: &'static str, value: u64, on_change: Callback<u64>) -> Html {
+    let onchange = Callback::from(move |e: Event| {
+        let el: HtmlInputElement = e.target_unchecked_into();
+        if let Ok(v) = el.value().trim().parse::<u64>() {
+            on_change.emit(v);
+        }
+    });
     html! {
         <div class="gm-control gm-num-input">
-            <label for={p.id.clone()}>{ p.label.clone() }</label>
-            <input type="number" id={p.id.clone()} min="1" step="1" inputmode="numeric"
-                value={p.value.to_string()} {onchange} />
+            <label for={id.clone()}>{ label }</label>
+            <input type="number" id={id} min="1" step="1" inputmode="numeric"
+                value={value.to_string()} {onchange} />
         </div>
     }
 }
@@ -229,15 +217,29 @@ fn stage_chart(e: &Estimate, w: f64) -> Html {
                 .map(|b| {
                     let (y0, y1) = (y(acc), y(acc + b.bytes));
                     acc += b.bytes;
-                    html! {
-                        <rect class={format!("gm-f-{}", b.key())} x={n(x)} y={n(y1)} width={n(bw)}
-                            height={n((y0 - y1).max(0.0))}><title>{ format!("{name}: {} {}", b.label(), gib(b.bytes)) }</title></rect>
-                    }
+                    el(
+                        "rect",
+                        &["class", "x", "y", "width", "height"],
+                        vec![
+                            format!("gm-f-{}", b.key()).into(),
+                            n(x).into(),
+                            n(y1).into(),
+                            n(bw).into(),
+                            n((y0 - y1).max(0.0)).into(),
+                        ],
+                        html! { <title>{ format!("{name}: {} {}", b.label(), gib(b.bytes)) }</title> },
+                    )
                 })
                 .collect();
             let over = *total > cap;
-            html! {
-                <g class={classes!("gm-stage", over.then_some("gm-over"))} data-stage={i.to_string()}>
+            el(
+                "g",
+                &["class", "data-stage"],
+                vec![
+                    (if over { "gm-stage gm-over" } else { "gm-stage" }).into(),
+                    i.to_string().into(),
+                ],
+                html! { <>
                     { rects }
                     if i % label_every == 0 {
                         <text class="gm-axis-label" x={n(x + bw / 2.0)} y={n(BOTTOM + 14.0)} text-anchor="middle">
@@ -247,8 +249,8 @@ fn stage_chart(e: &Estimate, w: f64) -> Html {
                     if over {
                         <text class="gm-over-mark" x={n(x + bw / 2.0)} y={n(y(*total) - 4.0)} text-anchor="middle">{ "✗" }</text>
                     }
-                </g>
-            }
+                </> },
+            )
         })
         .collect();
     html! {
@@ -264,15 +266,18 @@ fn stage_chart(e: &Estimate, w: f64) -> Html {
     }
 }
 
-#[component]
-pub fn Parallelism(init: &Init) -> Html {
+/// The parallelism widget, as a hook of the one widget component ([`crate::Widget`]).
+#[hook]
+pub fn use_parallelism(init: &Init) -> Html {
     let (k, set) = use_knobs(init);
     let root = use_live_marker();
     let (svg_ref, w) = use_width();
-    let paste = use_state(|| None::<Result<String, String>>);
+    // What became of the last paste, as the page says it ("Applied: …" or "Not applied: …").
+    let paste = use_state(|| None::<String>);
     let uid = &init.uid;
     let (title_id, summary_id) = (format!("{uid}-title"), format!("{uid}-summary"));
     let (try_set, refused) = use_checked_set(set.clone());
+    let toolbar = use_toolbar(format!("gpumem-parallelism-{}", init.uid), settings(&k));
     let got = k.scenario().and_then(|s| k.estimate().map(|e| (s, e)));
     let (s, e) = match got {
         Ok(x) => x,
@@ -341,7 +346,13 @@ pub fn Parallelism(init: &Init) -> Html {
                         let f = *f;
                         Callback::from(move |v: u64| try_set.emit(with_field(&k, &a, f, v)))
                     };
-                    html! { <Num key={*f} id={format!("{uid}-{f}")} label={*label} value={field_value(a, f)} {on_change} /> }
+                    let mut field = num(format!("{uid}-{f}"), label, field_value(a, f), on_change);
+                    // Keyed: a field that comes or goes (a mixture of experts' two) leaves
+                    // the others, their text and focus, alone.
+                    if let Html::VTag(t) = &mut field {
+                        Rc::make_mut(t).key = Some((*f).into());
+                    }
+                    field
                 })
                 .collect()
         })
@@ -361,10 +372,10 @@ pub fn Parallelism(init: &Init) -> Html {
                         .estimate()
                         .map(|e| format!("{} parameters", params(e.params)))
                         .unwrap_or_default();
-                    paste.set(Some(Ok(format!("Applied: a custom architecture, {name}."))));
+                    paste.set(Some(format!("Applied: a custom architecture, {name}.")));
                     set.emit(n);
                 }
-                Err(msg) => paste.set(Some(Err(msg))),
+                Err(msg) => paste.set(Some(format!("Not applied: {msg}"))),
             }
         })
     };
@@ -455,8 +466,8 @@ pub fn Parallelism(init: &Init) -> Html {
                 .flatten()
                 .collect::<Vec<_>>()
                 .join(", ");
-                html! {
-                    <tr class={classes!(current.then_some("gm-current"))}>
+                let cells = html! {
+                    <>
                         <td>{ i + 1 }</td>
                         <td>{ format!("{}×{}×{}×{}×{}", l.dp, l.tp, l.pp, l.cp, l.ep) }</td>
                         <td>{ zero }</td>
@@ -466,7 +477,12 @@ pub fn Parallelism(init: &Init) -> Html {
                         <td class="gm-num">{ secs(c.step_seconds) }</td>
                         <td><button type="button" class="gm-pill" {onclick}
                             aria-label={format!("Use layout {}", i + 1)}>{ if current { "shown" } else { "use" } }</button></td>
-                    </tr>
+                    </>
+                };
+                if current {
+                    el("tr", &["class"], vec!["gm-current".into()], cells)
+                } else {
+                    el("tr", &[], Vec::new(), cells)
                 }
             })
             .collect(),
@@ -505,10 +521,10 @@ pub fn Parallelism(init: &Init) -> Html {
     let gap = gap.show((gap.units(cap) - gap.units(dev)).abs());
     let paste_note = match &*paste {
         None => html! {},
-        Some(Ok(m)) => html! { <p class="gm-note" role="status">{ m.clone() }</p> },
-        Some(Err(m)) => {
-            html! { <p class="gm-error" role="alert">{ format!("Not applied: {m}") }</p> }
+        Some(m) if m.starts_with("Applied") => {
+            html! { <p class="gm-note" role="status">{ m.clone() }</p> }
         }
+        Some(m) => html! { <p class="gm-error" role="alert">{ m.clone() }</p> },
     };
     html! {
         <figure class="gm gm-parallelism" data-widget="parallelism" ref={root} aria-labelledby={title_id.clone()}
@@ -520,7 +536,7 @@ pub fn Parallelism(init: &Init) -> Html {
             <div class="gm-panels">
                 <fieldset class="gm-panel">
                     <legend>{ "Model" }</legend>
-                    <Select id={format!("{uid}-model")} label="Preset" options={models} selected={model_sel} on_change={on_model} />
+                    { select(format!("{uid}-model"), "Preset", models, model_sel, on_model) }
                     // In a box of their own: fields that come and go (a mixture of experts'
                     // have two more) leave the paste box below, its text and focus, alone.
                     <div class="gm-fields">{ fields }</div>
@@ -533,39 +549,30 @@ pub fn Parallelism(init: &Init) -> Html {
                 </fieldset>
                 <fieldset class="gm-panel">
                     <legend>{ "Training" }</legend>
-                    <Num id={format!("{uid}-batch")} label="Micro-batch" value={s.batch} on_change={knob("batch")} />
-                    <Select id={format!("{uid}-seq")} label="Sequence" options={seqs} selected={s.seq.to_string()} on_change={choice("seq")} />
-                    <Num id={format!("{uid}-accum")} label="Gradient accumulation" value={p.grad_accum.max(1)} on_change={knob("grad-accum")} />
-                    <Select id={format!("{uid}-precision")} label="Precision" options={precisions} selected={precision} on_change={choice("precision")} />
-                    <Select id={format!("{uid}-recompute")} label="Recomputation"
-                        options={opts(&[("none", "none"), ("selective", "selective"), ("full", "full")])}
-                        selected={k.get("recompute").unwrap_or("none").to_string()} on_change={choice("recompute")} />
-                    <Select id={format!("{uid}-gpu")} label="GPU" options={gpu_opts} selected={gpu_sel} on_change={on_gpu} />
+                    { num(format!("{uid}-batch"), "Micro-batch", s.batch, knob("batch")) }
+                    { select(format!("{uid}-seq"), "Sequence", seqs, s.seq.to_string(), choice("seq")) }
+                    { num(format!("{uid}-accum"), "Gradient accumulation", p.grad_accum.max(1), knob("grad-accum")) }
+                    { select(format!("{uid}-precision"), "Precision", precisions, precision, choice("precision")) }
+                    { select(format!("{uid}-recompute"), "Recomputation", opts(&[("none", "none"), ("selective", "selective"), ("full", "full")]), k.get("recompute").unwrap_or("none").to_string(), choice("recompute")) }
+                    { select(format!("{uid}-gpu"), "GPU", gpu_opts, gpu_sel, on_gpu) }
                 </fieldset>
                 <fieldset class="gm-panel">
                     <legend>{ format!("Parallelism: {gpus} GPUs") }</legend>
-                    <Num id={format!("{uid}-dp")} label="Data (dp)" value={p.dp} on_change={knob("dp")} />
-                    <Num id={format!("{uid}-tp")} label="Tensor + sequence (tp)" value={p.tp} on_change={knob("tp")} />
-                    <Num id={format!("{uid}-pp")} label="Pipeline (pp)" value={p.pp} on_change={knob("pp")} />
-                    <Num id={format!("{uid}-cp")} label="Context (cp)" value={p.cp} on_change={knob("cp")} />
-                    <Num id={format!("{uid}-ep")} label="Expert (ep)" value={p.ep} on_change={knob("ep")} />
-                    <Select id={format!("{uid}-framework")} label="Framework"
-                        options={opts(&[("fsdp", "PyTorch FSDP"), ("deepspeed", "DeepSpeed"), ("megatron", "Megatron-LM")])}
-                        selected={framework.clone()} on_change={choice("framework")} />
-                    <RadioGroup id={format!("{uid}-zero")} label="Sharding" options={opts(zero_labels)}
-                        selected={p.zero.to_string()} on_change={choice("zero-stage")} />
-                    <Select id={format!("{uid}-offload")} label="Offload to CPU"
-                        options={opts(&[("none", "none"), ("optimizer", "optimizer states"), ("optimizer+params", "optimizer + parameters")])}
-                        selected={k.get("offload").unwrap_or("none").to_string()} on_change={choice("offload")} />
+                    { num(format!("{uid}-dp"), "Data (dp)", p.dp, knob("dp")) }
+                    { num(format!("{uid}-tp"), "Tensor + sequence (tp)", p.tp, knob("tp")) }
+                    { num(format!("{uid}-pp"), "Pipeline (pp)", p.pp, knob("pp")) }
+                    { num(format!("{uid}-cp"), "Context (cp)", p.cp, knob("cp")) }
+                    { num(format!("{uid}-ep"), "Expert (ep)", p.ep, knob("ep")) }
+                    { select(format!("{uid}-framework"), "Framework", opts(&[("fsdp", "PyTorch FSDP"), ("deepspeed", "DeepSpeed"), ("megatron", "Megatron-LM")]), framework.clone(), choice("framework")) }
+                    { radio_group(format!("{uid}-zero"), "Sharding", opts(zero_labels), p.zero.to_string(), choice("zero-stage")) }
+                    { select(format!("{uid}-offload"), "Offload to CPU", opts(&[("none", "none"), ("optimizer", "optimizer states"), ("optimizer+params", "optimizer + parameters")]), k.get("offload").unwrap_or("none").to_string(), choice("offload")) }
                 </fieldset>
             </div>
             if let Some(msg) = &refused {
                 <p class="gm-error" role="alert">{ format!("Not applied: {msg}") }</p>
             }
-            <p class={classes!("gm-verdict", if over { "gm-over" } else { "gm-ok" })}>
-                { if over { format!("✗ {} per GPU{worst}: exceeds {} on {} by {gap}", Sum::of(dev).gib(dev), gib(cap), e.gpu) }
-                  else { format!("✓ {} per GPU{worst}, {gap} headroom", Sum::of(dev).gib(dev)) } }
-            </p>
+            { verdict_p(!over, if over { format!("✗ {} per GPU{worst}: exceeds {} on {} by {gap}", Sum::of(dev).gib(dev), gib(cap), e.gpu) }
+                  else { format!("✓ {} per GPU{worst}, {gap} headroom", Sum::of(dev).gib(dev)) }, false) }
             <svg class="gm-chart" ref={svg_ref} viewBox={format!("0 0 {} {}", n(w), n(H))} role="img" aria-labelledby={summary_id.clone()}>
                 { stage_chart(&e, w) }
             </svg>
@@ -577,14 +584,11 @@ pub fn Parallelism(init: &Init) -> Html {
             <div class="gm-notes">{ for e.notes.iter().map(|m| html! { <p class="gm-note">{ m.clone() }</p> }) }</div>
             <div class="gm-scroll"><table class="gm-table gm-plan">
                 <caption>{ plan_caption }</caption>
-                <thead><tr>
-                    <th scope="col">{ "#" }</th><th scope="col">{ "dp×tp×pp×cp×ep" }</th><th scope="col">{ "Sharding" }</th>
-                    <th scope="col">{ "Micro-batch × steps" }</th><th scope="col">{ "Also" }</th>
-                    <th scope="col">{ "Per GPU" }</th><th scope="col">{ "Step (est.)" }</th><th scope="col"><span class="gm-sr">{ "Apply" }</span></th>
-                </tr></thead>
+                // A header that never changes, as one string.
+                <thead>{ Html::from_html_unchecked(AttrValue::Static(r#"<tr><th scope="col">#</th><th scope="col">dp×tp×pp×cp×ep</th><th scope="col">Sharding</th><th scope="col">Micro-batch × steps</th><th scope="col">Also</th><th scope="col">Per GPU</th><th scope="col">Step (est.)</th><th scope="col"><span class="gm-sr">Apply</span></th></tr>"#)) }</thead>
                 <tbody>{ plan_rows }</tbody>
             </table></div>
-            <Toolbar name={format!("gpumem-parallelism-{uid}")} settings={settings(&k)} />
+            { toolbar }
         </figure>
     }
 }

@@ -11,7 +11,8 @@ use web_sys::HtmlSelectElement;
 use yew::prelude::*;
 
 use crate::allocator::{bar, legend, use_checked_set, use_knobs, use_live_marker};
-use crate::controls::RadioGroup;
+use crate::chart::verdict_p;
+use crate::controls::radio_group;
 use crate::format::{gib, Sum};
 use crate::parts;
 use crate::{Init, Knobs};
@@ -168,8 +169,9 @@ fn bytes_per(d: Option<DType>) -> String {
     }
 }
 
-#[component]
-pub fn PrecisionPanel(init: &Init) -> Html {
+/// The precision widget, as a hook of the one widget component ([`crate::Widget`]).
+#[hook]
+pub fn use_precision(init: &Init) -> Html {
     let (k, set) = use_knobs(init);
     let root = use_live_marker();
     let uid = &init.uid;
@@ -242,9 +244,9 @@ pub fn PrecisionPanel(init: &Init) -> Html {
                 <span class="gm-sub">{ format!("{} · {} · {}", e.model, recipe_name, s.optimizer.name()) }</span>
             </figcaption>
             <div class="gm-controls">
-                <RadioGroup id={format!("{uid}-recipe")} label="Recipe"
-                    options={RECIPES.iter().map(|(v, l)| (v.to_string(), l.to_string())).collect::<Vec<_>>()}
-                    selected={recipe} on_change={on_recipe} />
+                { radio_group(format!("{uid}-recipe"), "Recipe",
+                    RECIPES.iter().map(|(v, l)| (v.to_string(), l.to_string())).collect(),
+                    recipe, on_recipe) }
             </div>
             <div class="gm-scroll"><table class="gm-table">
                 <thead><tr><th scope="col">{ "Part" }</th><th scope="col">{ "Stored as" }</th>
@@ -260,10 +262,8 @@ pub fn PrecisionPanel(init: &Init) -> Html {
                 <span class="gm-of">{ format!("of {} on {}", gib(cap), e.gpu) }</span>
             </p>
             { bar(&slices, true, total, cap) }
-            <p class={classes!("gm-verdict", if e.fits { "gm-ok" } else { "gm-over" })}>
-                { if e.fits { format!("✓ {gap} headroom") }
-                  else { format!("✗ exceeds {} by {gap}", e.gpu) } }
-            </p>
+            { verdict_p(e.fits, if e.fits { format!("✓ {gap} headroom") }
+                  else { format!("✗ exceeds {} by {gap}", e.gpu) }, false) }
             { legend(&slices, parts::always_listed(&e), total) }
             <p class="gm-sr" id={summary_id} aria-live="polite">{ summary }</p>
         </figure>

@@ -1,6 +1,6 @@
 //! The page's shared knobs: one scenario per chapter that every page-scoped widget of that
 //! chapter reads and writes, like the cells of a notebook (print.html holds every chapter,
-//! each with its own). Each hydrated widget is its own Yew app, so the store lives outside
+//! each with its own). Each live widget is its own Yew app, so the store lives outside
 //! Yew: widgets subscribe when they mount and publish when a reader moves a control.
 
 use std::cell::RefCell;

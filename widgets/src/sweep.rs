@@ -6,10 +6,12 @@
 use yew::prelude::*;
 
 use crate::allocator::{key_legend, use_checked_set, use_knobs, use_live_marker};
-use crate::chart::{fit, n, settings, text_width, tick_label, ticks_n, use_width, Toolbar};
-use crate::controls::RadioGroup;
+use crate::chart::{
+    el, fit, n, settings, text_width, tick_label, ticks_n, use_toolbar, use_width, verdict_p,
+};
+use crate::controls::radio_group;
 use crate::format::{count, gib, tokens};
-use crate::levers::Levers;
+use crate::levers::levers;
 use crate::parts;
 use crate::{Init, Knobs};
 
@@ -116,7 +118,7 @@ pub fn first_over(k: &Knobs, knob: &str, fits: u64, over: Column) -> Column {
 
 /// "needs 79.21 GiB of 79.18 GiB on H100-80GB": as many decimals as it takes to tell the two
 /// apart (up to three).
-fn needs(total: f64, cap: f64, gpu: &str) -> String {
+pub fn needs(total: f64, cap: f64, gpu: &str) -> String {
     let g = 1073741824.0;
     let d = (1..=3)
         .find(|&d| gpumem::num::fixed(total / g, d) != gpumem::num::fixed(cap / g, d))
@@ -154,7 +156,7 @@ pub fn linear_end(k: &Knobs, knob: &str, from: u64, to: u64, limit: f64) -> u64 
         1.0
     };
     let end = hi as f64 * 1.1 / unit;
-    let mag = 10f64.powf(end.log10().floor());
+    let mag = 10f64.powi(end.log10().floor() as i32);
     let round = [1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0]
         .iter()
         .map(|m| m * mag)
@@ -174,7 +176,7 @@ fn lin_ticks(lo: u64, hi: u64, max: usize, tokens: bool) -> Vec<u64> {
         }
         s
     } else {
-        let mag = 10f64.powf(span.log10().floor());
+        let mag = 10f64.powi(span.log10().floor() as i32);
         [1.0, 2.0, 5.0, 10.0]
             .iter()
             .map(|m| m * mag)
@@ -189,14 +191,16 @@ fn lin_ticks(lo: u64, hi: u64, max: usize, tokens: bool) -> Vec<u64> {
         .collect()
 }
 
-#[component]
-pub fn Sweep(init: &Init) -> Html {
+/// The sweep widget, as a hook of the one widget component ([`crate::Widget`]).
+#[hook]
+pub fn use_sweep(init: &Init) -> Html {
     let (k, set) = use_knobs(init);
     let root = use_live_marker();
     let (svg_ref, w) = use_width();
     let (try_set, refused_msg) = use_checked_set(set);
     let uid = &init.uid;
     let (title_id, summary_id) = (format!("{uid}-title"), format!("{uid}-summary"));
+    let toolbar = use_toolbar(format!("gpumem-sweep-{}", init.uid), settings(&k));
     let axis_name = init.option("axis").unwrap_or("seq");
     let (knob, lo, hi, log_default) = axis(axis_name);
     let scale = use_state(|| match init.option("scale") {
@@ -293,9 +297,12 @@ pub fn Sweep(init: &Init) -> Html {
                 .map(|i| format!("{},{}", n(x(i)), n(y(below[i])))),
         );
         let name = parts::find(key).map_or("", |p| p.label);
-        layers.push(html! {
-            <polygon class={format!("gm-f-{key}")} points={pts.join(" ")}><title>{ name }</title></polygon>
-        });
+        layers.push(el(
+            "polygon",
+            &["class", "points"],
+            vec![format!("gm-f-{key}").into(), pts.join(" ").into()],
+            html! { <title>{ name }</title> },
+        ));
         below = upper;
     }
     // What goes beyond the top: a mark at the edge over each such sample.
@@ -382,7 +389,7 @@ pub fn Sweep(init: &Init) -> Html {
                 <span class="gm-title">{ format!("Memory against {}", if knob == "dp" { "GPU count" } else { axis_name }) }</span>
                 <span class="gm-sub">{ format!("{} · {}", k.get("model").unwrap_or(gpumem::knobs::DEFAULT_MODEL), gpu) }</span>
             </figcaption>
-            <Levers init={init.clone()} knobs={k.clone()} on_change={try_set} />
+            { levers(init, &k, &try_set) }
             if let Some(msg) = &refused_msg {
                 <p class="gm-error" role="alert">{ format!("Not applied: {msg}") }</p>
             }
@@ -414,14 +421,14 @@ pub fn Sweep(init: &Init) -> Html {
                 <p class="gm-note">{ note }</p>
             }
             { key_legend(&keys) }
-            <p class={classes!("gm-verdict", if first.is_some() { "gm-over" } else { "gm-ok" })} data-value="verdict">{ verdict }</p>
+            { verdict_p(first.is_none(), verdict, true) }
             <div class="gm-controls gm-controls-inline">
-                <RadioGroup id={format!("{uid}-scale")} label="Axis"
-                    options={vec![("linear".to_string(), "linear".to_string()), ("log".to_string(), "log (doublings)".to_string())]}
-                    selected={if log { "log" } else { "linear" }.to_string()} on_change={on_scale} />
+                { radio_group(format!("{uid}-scale"), "Axis",
+                    vec![("linear".to_string(), "linear".to_string()), ("log".to_string(), "log (doublings)".to_string())],
+                    if log { "log" } else { "linear" }.to_string(), on_scale) }
             </div>
             <p class="gm-sr" id={summary_id} aria-live="polite">{ summary }</p>
-            <Toolbar name={format!("gpumem-sweep-{uid}")} settings={settings(&k)} />
+            { toolbar }
         </figure>
     }
 }

@@ -1,50 +1,31 @@
-//! Memory through one step: forward (activations pile up), backward (they are freed as
-//! gradients appear), optimizer step — and the peak, which is not the sum of the parts.
+//! Memory through one step, op by op: allocated memory after every allocation and free the
+//! engine replays, stacked by part, with the capacity and the peak named; below it the ops
+//! around the peak one by one. Every column and every op can be focused (arrow keys move
+//! along) or hovered, and names its op and tensor.
 
+use gpumem::timeline::{OpPoint, OpTimeline};
 use gpumem::Estimate;
 use yew::prelude::*;
 
 use crate::allocator::{use_knobs, use_live_marker};
-use crate::chart::{grid, n, refused, settings, text_width, ticks, use_width, Toolbar};
-use crate::format::{gib, tokens};
-use crate::Init;
+use std::fmt::Write;
 
-const H: f64 = 240.0;
-const TOP: f64 = 16.0;
-const BOTTOM: f64 = 200.0;
+use crate::chart::{
+    fit, n, refused, settings, text_width, tick_label, ticks, use_toolbar, use_width,
+};
+use crate::format::{delta, escape_attr as esc, gib, tokens};
+use crate::parts::{self, PARTS};
+use crate::{Init, Knobs};
 
-/// The step's points, with the peak placed in the stretch it occurs in.
-pub fn points(e: &Estimate) -> Vec<(String, f64, bool)> {
-    let mut v: Vec<(String, f64, bool)> = e
-        .timeline
-        .iter()
-        .map(|p| (p.phase.clone(), p.bytes as f64, false))
-        .collect();
-    let ph = e.peak_phase.as_str();
-    let before = |name: &str| v.iter().position(|p| p.0.starts_with(name));
-    let at = if ph.contains("optimizer") {
-        before("end of step")
-    } else if ph.contains("backward") {
-        before("after backward").or_else(|| before("end of step"))
-    } else if ph.starts_with("decode") {
-        before("end of generation").map(|i| i + 1)
-    } else if ph.starts_with("prefill") {
-        before("after prefill")
-    } else {
-        before("forward: after the layers")
-            .or_else(|| before("after forward"))
-            .or_else(|| before("peak"))
-    };
-    let i = at.unwrap_or(v.len()).min(v.len());
-    // Model-parallel estimates already list their peak.
-    if let Some(p) = v.iter_mut().find(|p| p.0 == "peak") {
-        p.0 = e.peak_phase.clone();
-        p.2 = true;
-    } else {
-        v.insert(i, (e.peak_phase.clone(), e.peak_bytes as f64, true));
-    }
-    v
-}
+const H: f64 = 236.0;
+const TOP: f64 = 22.0;
+const BOTTOM: f64 = 196.0;
+const DH: f64 = 170.0;
+const DTOP: f64 = 12.0;
+const DBOTTOM: f64 = 150.0;
+/// Ops shown around the peak: before it, and after it.
+const BEFORE: usize = 27;
+const AFTER: usize = 12;
 
 /// What the caption says of the model states: what is resident through the step, and where
 /// the gradients are at the peak (the same bookkeeping as every chart).
@@ -89,123 +70,561 @@ pub fn states_note(e: &Estimate) -> String {
     )
 }
 
-#[component]
-pub fn Timeline(init: &Init) -> Html {
+/// Where a point is, in words: "backward: layer (from the top) 3", "forward: layers 2–9"
+/// for a summarised run.
+fn place(p: &OpPoint) -> String {
+    let w = p.at.words();
+    if p.span > 1 && p.at.phase.numbered() && p.at.index > 0 && p.at.micro_batch == 0 {
+        let w = w.replacen(" layer", " layers", 1);
+        format!("{w}–{}", p.at.index as u64 + p.span - 1)
+    } else if p.span > 1 {
+        format!("{w} (and the next {}, alike)", p.span - 1)
+    } else {
+        w
+    }
+}
+
+/// A point named as its title says it: where, the op, the tensor, its dtype, the change and
+/// what is allocated then.
+pub fn label(p: &OpPoint) -> String {
+    let mut s = place(p);
+    if p.span > 1 {
+        s.push_str(" · highest point");
+    }
+    if !p.at.what.is_empty() {
+        s.push_str(" · ");
+        s.push_str(p.at.what);
+    }
+    let tensor = match (p.tensor, p.role) {
+        ("", "") => String::new(),
+        ("", r) => r.to_string(),
+        (t, "") => t.to_string(),
+        (t, r) if t == p.at.what && r != "grad of input" && r != "grad of output" => {
+            format!("output, {r}")
+        }
+        (t, r) => format!("{t}: {r}"),
+    };
+    if !tensor.is_empty() {
+        s.push_str(" · ");
+        s.push_str(&tensor);
+    }
+    if let Some(d) = p.dtype {
+        s.push_str(" · ");
+        s.push_str(d.name());
+    }
+    if p.bytes != 0.0 {
+        s.push_str(" · ");
+        s.push_str(&delta(p.bytes));
+    }
+    s.push_str(&format!(" → {} allocated", gib(p.total())));
+    s
+}
+
+/// Where each of the engine's categories stacks: its part's place in [`PARTS`].
+fn part_index() -> [usize; gpumem::mem::NCAT] {
+    gpumem::mem::Cat::ALL.map(|c| {
+        let part = parts::of_component(c.key());
+        PARTS
+            .iter()
+            .position(|x| x.key == part.key)
+            .unwrap_or(0)
+            .min(12)
+    })
+}
+
+/// Each part's bytes in a point, in stacking order (negative leftovers count as empty).
+fn stack(p: &OpPoint, idx: &[usize; gpumem::mem::NCAT]) -> [f64; 13] {
+    let mut v = [0.0; 13];
+    for (c, &i) in idx.iter().enumerate() {
+        v[i] += p.live.0[c].max(0.0);
+    }
+    v
+}
+
+/// Columns of the whole step: the points cut into `cols` runs, each shown by its highest
+/// point (the peak's column by the peak).
+fn columns(t: &OpTimeline, cols: usize) -> Vec<usize> {
+    let n = t.points.len();
+    let cols = cols.clamp(1, n.max(1));
+    (0..cols)
+        .map(|c| {
+            let (a, b) = (c * n / cols, ((c + 1) * n / cols).max(c * n / cols + 1));
+            if (a..b).contains(&t.peak) {
+                return t.peak;
+            }
+            (a..b.min(n))
+                .max_by(|&i, &j| {
+                    t.points[i]
+                        .total()
+                        .total_cmp(&t.points[j].total())
+                        .then(j.cmp(&i))
+                })
+                .unwrap_or(a)
+        })
+        .collect()
+}
+
+/// The step's phases along the columns: (first column, last column, name).
+fn phases(t: &OpTimeline, cols: &[usize]) -> Vec<(usize, usize, &'static str)> {
+    use gpumem::mem::Phase as P;
+    let name = |p: &OpPoint| match p.at.phase {
+        P::Start => "",
+        P::OptimizerStep => "optimizer",
+        P::Decode => "decode",
+        P::PrefillEmbedding | P::Prefill | P::PrefillMoe | P::PrefillHead => "prefill",
+        ph if gpumem::timeline::forward_phase(ph) => "forward",
+        _ => "backward",
+    };
+    let mut v: Vec<(usize, usize, &'static str)> = Vec::new();
+    for (c, &i) in cols.iter().enumerate() {
+        let nm = name(&t.points[i]);
+        match v.last_mut() {
+            Some(l) if l.2 == nm || nm.is_empty() => l.1 = c,
+            _ => v.push((c, c, nm)),
+        }
+    }
+    v
+}
+
+/// A step line through `ys` (one value per column `cw` wide from `x0`), as polygon points:
+/// a corner only where the value changes.
+fn steps(ys: &[f64], x0: f64, cw: f64, out: &mut Vec<(f64, f64)>) {
+    for (c, &v) in ys.iter().enumerate() {
+        if c == 0 || v != ys[c - 1] {
+            let x = x0 + cw * c as f64;
+            if c > 0 {
+                out.push((x, ys[c - 1]));
+            }
+            out.push((x, v));
+        }
+    }
+    if let Some(&v) = ys.last() {
+        out.push((x0 + cw * ys.len() as f64, v));
+    }
+}
+
+/// `x` to a tenth of a pixel, written with integer formatting (thousands of coordinates are
+/// written on every redraw).
+fn coord(out: &mut String, x: f64) {
+    let t = (x * 10.0).round() as i64;
+    if t < 0 {
+        out.push('-');
+    }
+    let t = t.unsigned_abs();
+    let _ = write!(out, "{}", t / 10);
+    if !t.is_multiple_of(10) {
+        out.push('.');
+        out.push((b'0' + (t % 10) as u8) as char);
+    }
+}
+
+/// ` name="value"` for each, the values as [`coord`] writes them.
+fn attrs(out: &mut String, list: &[(&str, f64)]) {
+    for (name, v) in list {
+        out.push(' ');
+        out.push_str(name);
+        out.push_str("=\"");
+        coord(out, *v);
+        out.push('"');
+    }
+}
+
+/// The stacked areas of `pts` (x from `x0`, `cw` wide each), one polygon per part, as SVG.
+fn areas(out: &mut String, stacks: &[[f64; 13]], x0: f64, cw: f64, y: &dyn Fn(f64) -> f64) {
+    let mut below = vec![0.0; stacks.len()];
+    for (i, part) in PARTS.iter().enumerate() {
+        if !stacks.iter().any(|s| s[i] > 0.0) {
+            continue;
+        }
+        let lo: Vec<f64> = below.iter().map(|&b| y(b)).collect();
+        for (b, s) in below.iter_mut().zip(stacks) {
+            *b += s[i];
+        }
+        let hi: Vec<f64> = below.iter().map(|&b| y(b)).collect();
+        let mut pts = Vec::with_capacity(hi.len());
+        steps(&hi, x0, cw, &mut pts);
+        let mut back = Vec::with_capacity(lo.len());
+        steps(&lo, x0, cw, &mut back);
+        pts.extend(back.into_iter().rev());
+        let _ = write!(out, r#"<polygon class="gm-f-{}" points=""#, part.key);
+        for (x, y) in pts {
+            coord(out, x);
+            out.push(',');
+            coord(out, y);
+            out.push(' ');
+        }
+        let _ = write!(out, r#""><title>{}</title></polygon>"#, part.label);
+    }
+}
+
+/// Grid lines with their labels, as SVG.
+fn grid(out: &mut String, ticks: &[f64], left: f64, right: f64, y: &dyn Fn(f64) -> f64) {
+    for &t in ticks {
+        let yy = n(y(t));
+        let _ = write!(
+            out,
+            r#"<g class="gm-tick"><line class="gm-grid" x1="{}" x2="{}" y1="{yy}" y2="{yy}"></line><text x="{}" y="{}" text-anchor="end">{}</text></g>"#,
+            n(left),
+            n(right),
+            n(left - 6.0),
+            n(y(t) + 4.0),
+            tick_label(t)
+        );
+    }
+}
+
+/// An SVG text, its content escaped.
+fn text(out: &mut String, class: &str, x: f64, y: f64, anchor: &str, t: &str) {
+    let _ = write!(
+        out,
+        r#"<text class="{class}" x="{}" y="{}" text-anchor="{anchor}">{}</text>"#,
+        n(x),
+        n(y),
+        esc(t)
+    );
+}
+
+/// Arrow keys, Home and End move the focus along a chart's columns (`[data-i]`).
+fn roving(e: KeyboardEvent, last: usize) {
+    let Some(el) = e.target_dyn_into::<web_sys::Element>() else {
+        return;
+    };
+    let Some(i) = el
+        .get_attribute("data-i")
+        .and_then(|v| v.parse::<usize>().ok())
+    else {
+        return;
+    };
+    let to = match e.key().as_str() {
+        "ArrowRight" | "ArrowDown" => (i + 1).min(last),
+        "ArrowLeft" | "ArrowUp" => i.saturating_sub(1),
+        "Home" => 0,
+        "End" => last,
+        _ => return,
+    };
+    e.prevent_default();
+    e.stop_propagation();
+    if let Some(next) = el.parent_element().and_then(|p| {
+        p.query_selector(&format!("[data-i=\"{to}\"]"))
+            .ok()
+            .flatten()
+    }) {
+        // An SVG element has `focus()` as an HTML element does (`HTMLOrSVGElement`).
+        use web_sys::wasm_bindgen::JsCast;
+        let _ = next.unchecked_into::<web_sys::HtmlElement>().focus();
+    }
+}
+
+/// The point a hovered or focused column stands for (its `data-p`).
+fn point_of(t: Option<web_sys::EventTarget>) -> Option<usize> {
+    use web_sys::wasm_bindgen::JsCast;
+    t?.dyn_into::<web_sys::Element>()
+        .ok()?
+        .get_attribute("data-p")?
+        .parse()
+        .ok()
+}
+
+/// The timeline widget, as a hook of the one widget component ([`crate::Widget`]).
+#[hook]
+pub fn use_timeline(init: &Init) -> Html {
     let (k, _) = use_knobs(init);
     let root = use_live_marker();
     let (svg_ref, w) = use_width();
+    // What the readout says of the point hovered or focused, for the knobs it was drawn for
+    // (the peak until then, and again once the page changes).
+    let shown = use_state(|| None::<(Knobs, String)>);
     let uid = &init.uid;
+    let toolbar = use_toolbar(format!("gpumem-timeline-{}", init.uid), settings(&k));
     let (title_id, summary_id) = (format!("{uid}-title"), format!("{uid}-summary"));
     let e = match k.estimate() {
         Ok(e) => e,
         Err(err) => return refused("timeline", root, err),
     };
-    let pts = points(&e);
+    let tl = k.timeline();
+    let head = html! {
+        <figcaption class="gm-head" id={title_id.clone()}>
+            <span class="gm-title">{ "Memory through one step, op by op" }</span>
+            <span class="gm-sub">{ format!("{} · b={} · s={}", e.model, k.count("batch", 1), tokens(k.count("seq", 2048))) }</span>
+        </figcaption>
+    };
+    let note = states_note(&e);
+    let t = match tl.as_ref() {
+        Ok(t) if !t.points.is_empty() => t,
+        Ok(_) | Err(_) => {
+            let why = match tl.as_ref() {
+                Err(err) => err.message.clone(),
+                Ok(_) => String::new(),
+            };
+            return html! {
+                <figure class="gm gm-timeline" data-widget="timeline" ref={root} aria-labelledby={title_id.clone()}>
+                    { head }
+                    <p class="gm-note" data-value="peak">{ note }</p>
+                    <p class="gm-note">{ why }</p>
+                </figure>
+            };
+        }
+    };
+    let show = {
+        let (shown, k, tl) = (shown.clone(), k.clone(), tl.clone());
+        std::rc::Rc::new(move |target: Option<web_sys::EventTarget>| {
+            if let (Some(i), Ok(t)) = (point_of(target), tl.as_ref()) {
+                if let Some(p) = t.points.get(i) {
+                    shown.set(Some((k.clone(), label(p))));
+                }
+            }
+        })
+    };
+    let on_over = {
+        let show = show.clone();
+        Callback::from(move |e: MouseEvent| show(e.target()))
+    };
+    let on_focus = Callback::from(move |e: FocusEvent| show(e.target()));
+    let peak = &t.points[t.peak];
     let cap = e.capacity_bytes as f64;
-    let top = pts.iter().map(|p| p.1).fold(0.0, f64::max);
+    let top = peak.total();
     let tk = ticks(top.max(cap * 0.25));
     let ymax = *tk.last().unwrap_or(&top);
     let narrow = w < 480.0;
-    let (l, r) = if narrow { (56.0, 16.0) } else { (70.0, 20.0) };
-    let x = |i: usize| l + (w - l - r) * i as f64 / (pts.len().max(2) - 1) as f64;
+    let (l, r) = if narrow { (52.0, 10.0) } else { (64.0, 14.0) };
     let y = |b: f64| BOTTOM - (BOTTOM - TOP) * (b / ymax.max(1.0)).min(1.05);
-    let line: String = pts
+    let cols = columns(t, ((w - l - r) / 3.0).floor().max(1.0) as usize);
+    let cw = (w - l - r) / cols.len() as f64;
+    let peak_col = cols.iter().position(|&i| i == t.peak).unwrap_or(0);
+    let px = l + cw * (peak_col as f64 + 0.5);
+    let idx = part_index();
+    let stacks: Vec<[f64; 13]> = cols.iter().map(|&i| stack(&t.points[i], &idx)).collect();
+    let legend: Vec<&'static str> = PARTS
         .iter()
         .enumerate()
-        .map(|(i, p)| format!("{},{}", n(x(i)), n(y(p.1))))
-        .collect::<Vec<_>>()
-        .join(" ");
-    let area = format!(
-        "{},{} {line} {},{}",
-        n(x(0)),
+        .filter(|(q, _)| stacks.iter().any(|s| s[*q] > 0.0))
+        .map(|(_, p)| p.key)
+        .collect();
+    // The whole step.
+    let mut svg = String::with_capacity(32 << 10);
+    grid(&mut svg, &tk, l, w - r, &y);
+    areas(&mut svg, &stacks, l, cw, &y);
+    if cap <= ymax * 1.05 {
+        let yc = n(y(cap));
+        let _ = write!(
+            svg,
+            r#"<line class="gm-capline" x1="{}" x2="{}" y1="{yc}" y2="{yc}"></line>"#,
+            n(l),
+            n(w - r)
+        );
+        text(
+            &mut svg,
+            "gm-caplabel gm-halo",
+            w - r,
+            y(cap) - 4.0,
+            "end",
+            &format!("{} {}", e.gpu, gib(cap)),
+        );
+    }
+    let _ = write!(
+        svg,
+        r#"<line class="gm-peakline" x1="{p}" x2="{p}" y1="{}" y2="{}"></line>"#,
+        n(y(top)),
         n(BOTTOM),
-        n(x(pts.len() - 1)),
-        n(BOTTOM)
+        p = n(px)
     );
-    let peak_i = pts.iter().position(|p| p.2).unwrap_or(0);
-    // Phase names under their points, on two alternating rows when they fit; numbers (and
-    // the names listed under the chart) when they do not.
-    let spacing = (w - l - r) / (pts.len().max(2) - 1) as f64;
-    let numbered = pts
-        .iter()
-        .any(|p| text_width(&short(&p.0)) > 2.0 * spacing - 6.0);
-    let peak_text = format!("peak {}", gib(e.peak_bytes as f64));
-    let peak_x = x(peak_i);
-    let (anchor, px) = if peak_x + text_width(&peak_text) > w - r {
-        ("end", peak_x - 6.0)
-    } else if peak_x - text_width(&peak_text) / 2.0 < l {
-        ("start", peak_x + 6.0)
+    let peak_text = format!("peak {}", gib(top));
+    let anchor = if px + text_width(&peak_text) / 2.0 > w - r {
+        "end"
+    } else if px - text_width(&peak_text) / 2.0 < l {
+        "start"
     } else {
-        ("middle", peak_x)
+        "middle"
     };
-    let note = states_note(&e);
+    text(
+        &mut svg,
+        "gm-peaklabel gm-halo",
+        px,
+        (y(top) - 6.0).max(10.0),
+        anchor,
+        &peak_text,
+    );
+    for (c0, c1, name) in phases(t, &cols) {
+        let (xa, xb) = (l + cw * c0 as f64, l + cw * (c1 + 1) as f64);
+        let _ = write!(
+            svg,
+            r#"<line class="gm-tick-sep" x1="{x}" x2="{x}" y1="{}" y2="{}"></line>"#,
+            n(BOTTOM),
+            n(BOTTOM + 6.0),
+            x = n(xa)
+        );
+        text(
+            &mut svg,
+            "gm-phase",
+            (xa + xb) / 2.0,
+            BOTTOM + 16.0,
+            "middle",
+            &fit(name, xb - xa - 4.0),
+        );
+    }
+    svg.push_str(r#"<g class="gm-hits">"#);
+    for (c, &i) in cols.iter().enumerate() {
+        svg.push_str(r#"<rect class="gm-hit""#);
+        attrs(
+            &mut svg,
+            &[
+                ("x", l + cw * c as f64),
+                ("y", TOP),
+                ("width", cw),
+                ("height", BOTTOM - TOP),
+            ],
+        );
+        let _ = write!(
+            svg,
+            r#" tabindex="{}" data-i="{c}" data-p="{i}"><title>{}</title></rect>"#,
+            if c == peak_col { 0 } else { -1 },
+            esc(&label(&t.points[i]))
+        );
+    }
+    svg.push_str("</g>");
+
+    // Around the peak, op by op, on an axis that starts near the lowest of them.
+    let (a, b) = (
+        t.peak.saturating_sub(BEFORE),
+        (t.peak + AFTER + 1).min(t.points.len()),
+    );
+    let win = &t.points[a..b];
+    let lo = win.iter().map(|p| p.total()).fold(f64::INFINITY, f64::min);
+    let span = (top - lo).max(top * 0.02).max(1.0);
+    let floor = (lo - span * 0.25).max(0.0);
+    let st = crate::chart::ticks_n(top - floor, 3.0)
+        .get(1)
+        .copied()
+        .unwrap_or(top)
+        .max(1.0);
+    let dk: Vec<f64> = (0..8)
+        .map(|j| ((floor / st).ceil() + j as f64) * st)
+        .take_while(|v| *v <= top + st * 0.999)
+        .collect();
+    let dmax = dk.last().copied().unwrap_or(top).max(top);
+    let dy = |b: f64| {
+        DBOTTOM - (DBOTTOM - DTOP) * ((b - floor) / (dmax - floor).max(1.0)).clamp(0.0, 1.05)
+    };
+    let dw = (w - l - r) / win.len().max(1) as f64;
+    let mut detail = String::with_capacity(16 << 10);
+    grid(&mut detail, &dk, l, w - r, &dy);
+    for (j, p) in win.iter().enumerate() {
+        let i = a + j;
+        let name = esc(&label(p));
+        let _ = write!(
+            detail,
+            r#"<g class="gm-op{}" tabindex="{}" data-i="{j}" data-p="{i}"><title>{name}</title>"#,
+            if i == t.peak { " gm-peak-op" } else { "" },
+            if i == t.peak { 0 } else { -1 }
+        );
+        let s = stack(p, &idx);
+        let x = l + dw * j as f64;
+        let mut below = 0.0;
+        for (q, part) in PARTS.iter().enumerate() {
+            let hi = below + s[q];
+            if s[q] > 0.0 && hi > floor {
+                let (ya, yb) = (dy(hi), dy(below.max(floor)));
+                let _ = write!(detail, r#"<rect class="gm-f-{}""#, part.key);
+                attrs(
+                    &mut detail,
+                    &[
+                        ("x", x + 0.5),
+                        ("y", ya),
+                        ("width", (dw - 1.0).max(0.5)),
+                        ("height", (yb - ya).max(0.0)),
+                    ],
+                );
+                detail.push_str("></rect>");
+            }
+            below = hi;
+        }
+        detail.push_str(r#"<rect class="gm-hit""#);
+        attrs(
+            &mut detail,
+            &[
+                ("x", x),
+                ("y", DTOP),
+                ("width", dw),
+                ("height", DBOTTOM - DTOP),
+            ],
+        );
+        let _ = write!(detail, r#" data-p="{i}"></rect></g>"#);
+    }
+    let dpx = l + dw * ((t.peak - a) as f64 + 0.5);
+    let what = if peak.at.what.is_empty() {
+        place(peak)
+    } else {
+        peak.at.what.to_string()
+    };
+    text(
+        &mut detail,
+        "gm-peaklabel gm-halo",
+        dpx,
+        (dy(top) - 4.0).max(10.0),
+        if dpx > w * 0.6 { "end" } else { "start" },
+        &fit(&format!("peak: {what}"), w * 0.55),
+    );
+    let half = (w - l - r) / 2.0 - 4.0;
+    text(
+        &mut detail,
+        "gm-phase",
+        l,
+        DBOTTOM + 14.0,
+        "start",
+        &fit(&place(&win[0]), half),
+    );
+    text(
+        &mut detail,
+        "gm-phase",
+        w - r,
+        DBOTTOM + 14.0,
+        "end",
+        &fit(&place(&win[win.len() - 1]), half),
+    );
+
+    let readout = match shown.as_ref() {
+        Some((kk, text)) if *kk == k => text.clone(),
+        _ => label(peak),
+    };
     let summary = format!(
-        "Memory through one step of {}: it peaks at {} during {}. {}",
+        "Memory through one step of {}, op by op: it peaks at {} during {}{}. {}",
         e.model,
-        gib(e.peak_bytes as f64),
+        gib(top),
         e.peak_phase,
+        if peak.at.what.is_empty() {
+            String::new()
+        } else {
+            format!(", at {}", peak.at.what)
+        },
         if e.fits {
             "It fits."
         } else {
             "It does not fit."
         }
     );
+    let (last_col, nwin) = (cols.len() - 1, win.len().saturating_sub(1));
+    let on_key_overview = Callback::from(move |e: KeyboardEvent| roving(e, last_col));
+    let on_key_detail = Callback::from(move |e: KeyboardEvent| roving(e, nwin));
     html! {
         <figure class="gm gm-timeline" data-widget="timeline" ref={root} aria-labelledby={title_id.clone()}
             aria-describedby={summary_id.clone()}>
-            <figcaption class="gm-head" id={title_id}>
-                <span class="gm-title">{ "Memory through one step" }</span>
-                <span class="gm-sub">{ format!("{} · b={} · s={}", e.model, k.count("batch", 1), tokens(k.count("seq", 2048))) }</span>
-            </figcaption>
-            <svg class="gm-chart" ref={svg_ref} viewBox={format!("0 0 {} {}", n(w), n(H))} role="img" aria-labelledby={summary_id.clone()}>
-                { grid(&tk, l, w - r, y) }
-                <polygon class="gm-area" points={area} />
-                <polyline class="gm-line" fill="none" points={line} />
-                if cap <= ymax * 1.05 {
-                    <line class="gm-capline" x1={n(l)} x2={n(w - r)} y1={n(y(cap))} y2={n(y(cap))} />
-                    <text class="gm-caplabel gm-halo" x={n(w - r)} y={n(y(cap) - 4.0)} text-anchor="end">{ format!("{} {}", e.gpu, gib(cap)) }</text>
-                }
-                { for pts.iter().enumerate().map(|(i, p)| html! {
-                    <g class={classes!("gm-pt", p.2.then_some("gm-peak"))}>
-                        <circle cx={n(x(i))} cy={n(y(p.1))} r={if p.2 { "5" } else { "3" }}><title>{ format!("{}: {}", p.0, gib(p.1)) }</title></circle>
-                    </g>
-                }) }
-                <text class="gm-peaklabel gm-halo" x={n(px)} y={n((y(pts[peak_i].1) - 10.0).max(12.0))} text-anchor={anchor}>
-                    { peak_text }
-                </text>
-                { for pts.iter().enumerate().map(|(i, p)| {
-                    let t = if numbered { (i + 1).to_string() } else { short(&p.0) };
-                    let row = if numbered { 0.0 } else { 11.0 * (i % 2) as f64 };
-                    let xi = x(i);
-                    let anchor = if i == 0 && !numbered { "start" } else if i + 1 == pts.len() && !numbered { "end" } else { "middle" };
-                    html! {
-                        <text class="gm-phase" x={n(xi)} y={n(BOTTOM + 14.0 + row)} text-anchor={anchor}>{ t }</text>
-                    }
-                }) }
+            { head }
+            <svg class="gm-chart" ref={svg_ref} viewBox={format!("0 0 {} {}", n(w), n(H))} role="group"
+                aria-label="The whole step: each column is a stretch of ops, drawn at its highest point; arrow keys move along"
+                onkeydown={on_key_overview} onmouseover={on_over.clone()} onfocusin={on_focus.clone()}>
+                { Html::from_html_unchecked(svg.into()) }
             </svg>
-            if numbered {
-                <ol class="gm-phases">
-                    { for pts.iter().map(|p| html! { <li class={classes!(p.2.then_some("gm-peak-phase"))}>{ format!("{} ({})", p.0, gib(p.1)) }</li> }) }
-                </ol>
-            }
+            { crate::allocator::key_legend(&legend) }
+            <p class="gm-note gm-detail-title">{ format!("Around the peak, op by op (the axis starts at {}):", gib(floor)) }</p>
+            <svg class="gm-chart gm-detail" viewBox={format!("0 0 {} {}", n(w), n(DH))} role="group"
+                aria-label="The ops around the peak, one column each; arrow keys move along"
+                onkeydown={on_key_detail} onmouseover={on_over} onfocusin={on_focus}>
+                { Html::from_html_unchecked(detail.into()) }
+            </svg>
+            <p class="gm-readout" aria-live="polite" data-value="op">{ readout }</p>
             <p class="gm-note" data-value="peak">{ note }</p>
-            <p class="gm-sr" id={summary_id} aria-live="polite">{ summary }</p>
-            <Toolbar name={format!("gpumem-timeline-{uid}")} settings={settings(&k)} />
+            <p class="gm-sr" id={summary_id}>{ summary }</p>
+            { toolbar }
         </figure>
-    }
-}
-
-/// Phase names short enough for the axis.
-fn short(p: &str) -> String {
-    let s = p
-        .replace("forward: after the layers", "layers done")
-        .replace("after prefill (KV cache filled)", "prefilled")
-        .replace("backward: ", "bwd: ")
-        .replace("forward: ", "fwd: ");
-    let t: String = s.chars().take(22).collect();
-    if t.len() < s.len() {
-        format!("{t}…")
-    } else {
-        t
     }
 }

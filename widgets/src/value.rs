@@ -6,8 +6,9 @@ use crate::allocator::{use_knobs, use_live_marker};
 use crate::quantity;
 use crate::Init;
 
-#[component]
-pub fn Value(init: &Init) -> Html {
+/// The value widget, as a hook of the one widget component ([`crate::Widget`]).
+#[hook]
+pub fn use_value(init: &Init) -> Html {
     let (k, _) = use_knobs(init);
     let root = use_live_marker();
     let q = init.option("quantity").unwrap_or("peak");

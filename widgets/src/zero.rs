@@ -8,8 +8,8 @@ use gpumem::num::fixed;
 use yew::prelude::*;
 
 use crate::allocator::{use_knobs, use_live_marker};
-use crate::chart::{fit, n, settings, use_width, Toolbar};
-use crate::controls::{RadioGroup, Slider};
+use crate::chart::{el, fit, n, settings, swatch, use_toolbar, use_width};
+use crate::controls::{radio_group, slider};
 use crate::format::{gib, params, Sum};
 use crate::parts;
 use crate::{Init, Knobs};
@@ -99,12 +99,14 @@ fn stage_name(s: u8) -> &'static str {
     ["no ZeRO", "ZeRO-1", "ZeRO-2", "ZeRO-3"][s.min(3) as usize]
 }
 
-#[component]
-pub fn Zero(init: &Init) -> Html {
+/// The zero widget, as a hook of the one widget component ([`crate::Widget`]).
+#[hook]
+pub fn use_zero(init: &Init) -> Html {
     let (k, set) = use_knobs(init);
     let root = use_live_marker();
     let (svg_ref, w) = use_width();
     let uid = init.uid.clone();
+    let toolbar = use_toolbar(format!("gpumem-zero-{uid}"), settings(&k));
     let (lo, hi) = (1e8f64, 1e12f64);
     let preset_params = k
         .scenario()
@@ -168,9 +170,11 @@ pub fn Zero(init: &Init) -> Html {
         let set_params = set_params.clone();
         Callback::from(move |i: i64| {
             let f = i.clamp(0, STEPS) as f64 / STEPS as f64;
-            let p = 10f64.powf(lo.log10() + f * (hi.log10() - lo.log10()));
+            // 10^x as 2^(x·log2 10): no general power function in the wasm.
+            let p =
+                ((lo.log10() + f * (hi.log10() - lo.log10())) * std::f64::consts::LOG2_10).exp2();
             // Round to two significant figures: sliders read as sizes, not noise.
-            let mag = 10f64.powf(p.log10().floor() - 1.0);
+            let mag = 10f64.powi(p.log10().floor() as i32 - 1);
             set_params.emit((p / mag).round() * mag);
         })
     };
@@ -220,7 +224,12 @@ pub fn Zero(init: &Init) -> Html {
                 <text x="4" y={n(y - 6.0)} class="gm-ann-main">{ fit(&label, bar_w) }</text>
                 { for segments.iter().zip(bytes).map(|(s, b)| {
                     let sw = bar_w * b / scale;
-                    let r = html! { <rect class={format!("gm-f-{}", s.key)} x={n(x)} y={n(y)} width={n(sw)} height="30"><title>{ format!("{}: {}", s.label, gib(*b)) }</title></rect> };
+                    let r = el(
+                        "rect",
+                        &["class", "x", "y", "width", "height"],
+                        vec![format!("gm-f-{}", s.key).into(), n(x).into(), n(y).into(), n(sw).into(), "30".into()],
+                        html! { <title>{ format!("{}: {}", s.label, gib(*b)) }</title> },
+                    );
                     x += sw;
                     r
                 }) }
@@ -324,7 +333,7 @@ pub fn Zero(init: &Init) -> Html {
                 <ul class="gm-chips">
                     { for segments.iter().map(|s| html! {
                         <li class="gm-chip">
-                            <span class={classes!("gm-swatch", format!("gm-c-{}", s.key))} aria-hidden="true"></span>
+                            { swatch(&s.key) }
                             { if stage >= s.shard_from && gpus > 1 { format!("{} / {gpus} (sharded)", s.label) } else { format!("{} (full)", s.label) } }
                         </li>
                     }) }
@@ -336,13 +345,13 @@ pub fn Zero(init: &Init) -> Html {
                     if stage > 0 { format!(" → {} per GPU", sum_gpu.gib(total_gpu)) } else { String::new() }) }</strong></li>
             </ul>
             <div class="gm-controls">
-                <Slider id={format!("{uid}-params")} label="Parameters" min={0} max={STEPS} value={pos.clamp(0, STEPS)}
-                    valuetext={format!("{} parameters", params(np as u64))} on_change={on_slider} />
-                <Slider id={format!("{uid}-gpus")} label="GPUs" min={0} max={12} value={(gpus as f64).log2().round() as i64}
-                    valuetext={format!("{gpus} GPUs")} on_change={on_gpus} />
-                <RadioGroup id={format!("{uid}-stage")} label="ZeRO stage"
-                    options={["none", "stage 1", "stage 2", "stage 3"].iter().enumerate().map(|(s, l)| (s.to_string(), l.to_string())).collect::<Vec<_>>()}
-                    selected={stage.to_string()} on_change={on_radio} />
+                { slider(format!("{uid}-params"), "Parameters", (0, STEPS), pos.clamp(0, STEPS),
+                    format!("{} parameters", params(np as u64)), on_slider) }
+                { slider(format!("{uid}-gpus"), "GPUs", (0, 12), (gpus as f64).log2().round() as i64,
+                    format!("{gpus} GPUs"), on_gpus) }
+                { radio_group(format!("{uid}-stage"), "ZeRO stage",
+                    ["none", "stage 1", "stage 2", "stage 3"].iter().enumerate().map(|(s, l)| (s.to_string(), l.to_string())).collect(),
+                    stage.to_string(), on_radio) }
                 <div class="gm-presets" role="group" aria-label="Presets">
                     { for PRESETS.iter().enumerate().map(|(i, (label, p))| {
                         let sp = set_params.clone();
@@ -354,7 +363,7 @@ pub fn Zero(init: &Init) -> Html {
             </div>
             <p class="gm-note">{ "Keys, with the focus on any control of this widget (Tab to it or click it): ← and → move the focused slider · 1–4 choose a preset · Z cycles the ZeRO stage." }</p>
             <p class="gm-sr" id={summary_id} aria-live="polite">{ summary }</p>
-            <Toolbar name={format!("gpumem-zero-{uid}")} settings={settings(&k)} />
+            { toolbar }
         </figure>
     }
 }

@@ -59,20 +59,36 @@ fn breakdown_labels_every_slice_with_the_engine_figures() {
 }
 
 #[test]
-fn timeline_marks_a_peak_above_every_phase_boundary() {
+fn timeline_names_every_op_and_marks_the_peak_the_estimate_reports() {
     let html = render(&init("timeline", SMALL, &[])).unwrap();
     let e = est(SMALL);
     assert!(
         html.contains(&format!("peak {}", gib(e.peak_bytes as f64))),
         "{html}"
     );
-    assert!(html.contains("gm-peak"));
-    let pts = gpumem_widgets::timeline::points(&e);
-    let peak = pts.iter().find(|p| p.2).unwrap().1;
+    let k = init("timeline", SMALL, &[]).knobs;
+    let t = k.timeline();
+    let t = t.as_ref().as_ref().unwrap();
+    let peak = &t.points[t.peak];
+    // The peak's column and op carry the estimate's phase in their title, and take Tab.
+    let title = gpumem_widgets::timeline::label(peak);
+    assert!(title.starts_with(&e.peak_phase), "{title}");
+    let escaped = gpumem_widgets::format::escape_attr(&title);
     assert!(
-        pts.iter().all(|p| p.1 <= peak + 1.0),
-        "the peak is the highest point"
+        html.contains(&format!("<title>{escaped}</title>")),
+        "{html}"
     );
+    assert!(
+        html.contains(r#"<g class="gm-op gm-peak-op" tabindex="0""#),
+        "{html}"
+    );
+    // Stacked by part, every column focusable, one in the tab order per chart.
+    assert!(
+        html.contains(r#"class="gm-f-activations""#) && html.contains(r#"class="gm-f-logits""#)
+    );
+    assert_eq!(html.matches(r#"tabindex="0""#).count(), 2, "{html}");
+    assert!(html.matches(r#"tabindex="-1""#).count() > 100);
+    assert!(html.contains(r#"aria-live="polite""#));
     // The caption's bookkeeping is the charts': what stays resident, and where the gradients
     // are at the peak.
     let resident = (e.weights_bytes + e.master_weights_bytes + e.optimizer_states_bytes) as f64;
@@ -89,6 +105,12 @@ fn timeline_marks_a_peak_above_every_phase_boundary() {
     acc.push(("grad-accum", "4"));
     let html = render(&init("timeline", &acc, &[])).unwrap();
     assert!(html.contains("are all alive at the peak"), "{html}");
+    assert!(html.contains("micro-batch 4 of 4"), "{html}");
+    // A pipeline's stages are each their own step: the widget says so.
+    let mut pp = SMALL.to_vec();
+    pp.extend([("pp", "2"), ("grad-accum", "2")]);
+    let html = render(&init("timeline", &pp, &[])).unwrap();
+    assert!(html.contains("stage by stage in the 5D panel"), "{html}");
 }
 
 #[test]
@@ -216,7 +238,7 @@ fn zero_shards_the_engine_states_and_names_each_slice() {
     // The chips carry the parts' colours.
     assert!(
         html.contains(
-            r#"<li class="gm-chip"><span aria-hidden="true" class="gm-swatch gm-c-master">"#
+            r#"<li class="gm-chip"><span class="gm-swatch gm-c-master" aria-hidden="true">"#
         ),
         "{html}"
     );
@@ -381,4 +403,63 @@ fn parallelism_shows_every_stage_and_the_planner_table() {
     assert!(html.contains("paste a config.json") && html.contains("<textarea"));
     assert!(html.contains(r#"role="radiogroup""#));
     assert!(html.contains(r#"role="img""#) && html.contains(r#"aria-live="polite""#));
+}
+
+#[test]
+fn the_teaching_widgets_render_their_engine_figures_before_any_script() {
+    let over = &[
+        ("model", "llama3.1-8b"),
+        ("batch", "4"),
+        ("seq", "2k"),
+        ("precision", "bf16"),
+    ];
+    // Remedies: every applicable one with its changes on a Use button, best first.
+    let html = render(&init("remedies", over, &[])).unwrap();
+    let e = est(over);
+    assert!(html.contains(&format!("It does not fit: {}", gib(e.device_bytes as f64))));
+    let full = est(&[
+        ("model", "llama3.1-8b"),
+        ("batch", "4"),
+        ("seq", "2k"),
+        ("precision", "bf16"),
+        ("recompute", "full"),
+    ]);
+    assert!(html.contains(&format!(
+        "saves {}",
+        gib(e.device_bytes as f64 - full.device_bytes as f64)
+    )));
+    assert!(html.contains(r#"data-with="recompute=full""#), "{html}");
+    assert!(html.contains("expandable_segments:True") && html.contains("memory_summary()"));
+    // An exercise: the question and the field; the answer only inside the closed solution.
+    let html = render(&init(
+        "exercise",
+        over,
+        &[
+            ("ask", "peak"),
+            ("question", "What <b>is</b> the peak?"),
+            ("solution", "peak"),
+        ],
+    ))
+    .unwrap();
+    assert!(
+        html.contains("What &lt;b&gt;is&lt;/b&gt; the peak?"),
+        "markup is text: {html}"
+    );
+    let solution = html.find("<details").unwrap();
+    let answer = html
+        .find(&format!("Answer: {}.", gib(e.peak_bytes as f64)))
+        .unwrap();
+    assert!(answer > solution && !html.contains("<details open"));
+    assert!(html.contains(r#"aria-live="polite""#));
+    // A waterfall and a ledger.
+    let html = render(&init("diff", over, &[("with", "recompute=full")])).unwrap();
+    assert!(html.contains(&format!(
+        r#"data-from="{}" data-to="{}""#,
+        e.peak_bytes, full.peak_bytes
+    )));
+    let html = render(&init("ledger", over, &[("of", "layer")])).unwrap();
+    assert!(
+        html.contains("down_proj") && html.contains("b·s·i<br>4 × 2,048 × 14,336"),
+        "{html}"
+    );
 }

@@ -228,16 +228,10 @@ pub fn estimate(s: &Scenario) -> Result<Estimate> {
         at_peak.add(Cat::WeightCopies, dp.gathered);
         at_peak.add(Cat::Temporaries, dp.buckets);
         peak += dp.gathered + dp.buckets;
-        // Gradient accumulation: later micro-batches run with the accumulated gradients
-        // already resident (they are added to in place).
-        if par.grad_accum > 1 && arch.is_some() {
-            let g_at_peak = at_peak.0[Cat::Gradients as usize];
-            let later = peak - g_at_peak + grads;
-            if later > peak {
-                at_peak.0[Cat::Gradients as usize] = grads;
-                peak = later;
-                phase = format!("micro-batch 2 of {}, {phase}", par.grad_accum);
-            }
+        // A bare parameter count has no step to replay: under gradient accumulation the
+        // gradients are resident through the later micro-batches.
+        if par.grad_accum > 1 && arch.is_none() {
+            phase = format!("micro-batch 2 of {}, {phase}", par.grad_accum);
         }
     }
     let mut parts: Vec<(&str, f64)> = vec![("weights", weights + dp.fixed)];
@@ -569,6 +563,11 @@ pub(crate) fn unties(s: &Scenario, model: &Architecture) -> bool {
 }
 
 pub(crate) fn prepare(s: &Scenario, model: &Architecture) -> Prepared {
+    prepare_with(s, model, false)
+}
+
+/// [`prepare`], keeping every stretch's events when `trace` (the op-level timeline).
+pub(crate) fn prepare_with(s: &Scenario, model: &Architecture, trace: bool) -> Prepared {
     let par = &s.parallel;
     let untie = unties(s, model);
     let megatron = par.framework == Framework::Megatron;
@@ -600,8 +599,13 @@ pub(crate) fn prepare(s: &Scenario, model: &Architecture) -> Prepared {
     } else {
         (tape::Grads::New, tape::Grads::Accumulate)
     };
-    let first = Stretches::new(&ctx, mode, g_first);
-    let later = (par.grad_accum > 1 || par.pp > 1).then(|| Stretches::new(&ctx, mode, g_later));
+    let build = if trace {
+        Stretches::traced
+    } else {
+        Stretches::new
+    };
+    let first = build(&ctx, mode, g_first);
+    let later = (par.grad_accum > 1 || par.pp > 1).then(|| build(&ctx, mode, g_later));
     let tensors = Tensors {
         emb: crate::params::embedding(&a),
         head: crate::params::head(&a),
@@ -648,7 +652,7 @@ pub(crate) fn worst_stage(s: &Scenario, pr: &Prepared) -> (f64, f64) {
         if r >= pp || stages[..i].contains(&r) {
             continue;
         }
-        let st = rank_step(s, pr, r, None, cap);
+        let st = rank_step(s, pr, r, None, cap, false);
         let peak = st.base.plus(st.prog.seg.peak).total();
         if peak > worst.0 {
             worst = (peak, st.host);
@@ -669,7 +673,7 @@ fn pytorch_dp(s: &Scenario, name: &str, model: &Architecture) -> Result<Estimate
     }
     let mut stages = Vec::new();
     for r in 0..par.pp {
-        stages.push(rank_step(s, &pr, r, Some(&mut notes), f64::INFINITY));
+        stages.push(rank_step(s, &pr, r, Some(&mut notes), f64::INFINITY, false));
     }
     let worst = (0..stages.len())
         .max_by(|&i, &j| {
@@ -845,6 +849,7 @@ fn rank_step(
     r: u64,
     mut notes: Option<&mut Vec<String>>,
     cap: f64,
+    record: bool,
 ) -> RankStep {
     let a = &pr.a;
     let ctx = &Ctx::new(s, a, true);
@@ -1172,6 +1177,7 @@ fn rank_step(
                         ..Seg::default()
                     },
                     points: Vec::new(),
+                    rec: None,
                 },
                 grads: 0.0,
                 host,
@@ -1272,10 +1278,10 @@ fn rank_step(
                 .enumerate()
                 .map(|(i, x)| part.count(i) as f64 * x.grad)
                 .sum::<f64>();
-        (step::fsdp2(first, &f, m, opt_temp), grads)
+        (step::fsdp2(first, &f, m, opt_temp, record), grads)
     } else {
         // Later micro-batches add into the gradients in place.
-        let prog = step::replicated(first, later, m, opt_temp);
+        let prog = step::replicated_rec(first, later, m, opt_temp, record);
         let g = if megatron { main_grad } else { p.grads.bytes() };
         (prog, held * g)
     };
@@ -1679,6 +1685,61 @@ fn quantized_weights(a: &Architecture, q: DType, c: DType) -> f64 {
     linear_params as f64 * q.bytes() + (outside + rest) as f64 * c.bytes()
 }
 
+/// A training step on one GPU of the general path (a single GPU, DeepSpeed ZeRO, LoRA):
+/// its stretches replayed (with their events when `record`), composed over the
+/// micro-batches (the later ones add into the gradients the first made) and the optimizer
+/// step.
+pub(crate) struct TrainProgram {
+    pub prog: step::Program,
+    pub first: Stretches,
+    pub later: Option<Stretches>,
+}
+
+pub(crate) fn train_program(
+    s: &Scenario,
+    a: &Architecture,
+    grads: f64,
+    grads_full: f64,
+    record: bool,
+    scripts: bool,
+) -> TrainProgram {
+    let ctx = Ctx::new(s, a, true);
+    let mode = if s.recompute == Recompute::Full {
+        tape::Mode::Checkpointed
+    } else {
+        tape::Mode::Normal
+    };
+    // `record`: every stretch's events (the op-level timeline); `scripts`: the first
+    // micro-batch's allocation scripts (the caching allocator's replay).
+    let build = if record {
+        Stretches::traced
+    } else {
+        Stretches::new
+    };
+    let mut first = if scripts {
+        Stretches::scripted(&ctx, mode, tape::Grads::New)
+    } else {
+        build(&ctx, mode, tape::Grads::New)
+    };
+    // ZeRO-2/3 and FSDP reduce-scatter each unit's gradients as its backward ends: only this
+    // rank's shard accumulates (the unit's whole gradients are a buffer counted apart).
+    if grads < grads_full && grads_full > 0.0 {
+        first.scale_grads(grads / grads_full);
+    }
+    // Gradient accumulation: the later micro-batches add their gradients into those the
+    // first made, in place.
+    let m = s.parallel.grad_accum;
+    let later = (m > 1).then(|| build(&ctx, mode, tape::Grads::Accumulate));
+    // Optimizer step: non-fused temporaries.
+    let opt_temp = match s.optimizer {
+        Optimizer::Adafactor => largest_param(a) as f64 * s.precision.optimizer.bytes() * 2.0,
+        Optimizer::Adam8bit | Optimizer::PagedAdam8bit => largest_param(a) as f64 * 4.0 * 2.0,
+        _ => 0.0,
+    };
+    let prog = step::replicated_rec(&first, later.as_ref(), m, opt_temp, record);
+    TrainProgram { prog, first, later }
+}
+
 fn train_step(
     s: &Scenario,
     a: &Architecture,
@@ -1687,39 +1748,9 @@ fn train_step(
     grads_full: f64,
     tl: &mut Vec<Point>,
 ) -> (f64, String, Bytes, Option<crate::alloc::stream::Outcome>) {
-    let ctx = Ctx::new(s, a, true);
-    let mode = if s.recompute == Recompute::Full {
-        tape::Mode::Checkpointed
-    } else {
-        tape::Mode::Normal
-    };
     // The widgets' wasm does not carry the replay (its size budget).
     let replay = cfg!(not(target_arch = "wasm32")) && crate::alloc::stream::covers(s);
-    let mut st = if replay {
-        Stretches::traced(&ctx, mode, tape::Grads::New)
-    } else {
-        Stretches::new(&ctx, mode, tape::Grads::New)
-    };
-    // ZeRO-2/3 and FSDP reduce-scatter each unit's gradients as its backward ends: only this
-    // rank's shard accumulates (the unit's whole gradients are a buffer counted apart).
-    if grads < grads_full && grads_full > 0.0 {
-        let f = grads / grads_full;
-        let g = Cat::Gradients as usize;
-        for p in [&mut st.emb, &mut st.head, &mut st.loss]
-            .into_iter()
-            .chain(st.layers.iter_mut())
-        {
-            p.bwd.delta.0[g] *= f;
-            p.bwd.peak.0[g] *= f;
-        }
-    }
-    // Optimizer step: non-fused temporaries.
-    let opt_temp = match s.optimizer {
-        Optimizer::Adafactor => largest_param(a) as f64 * s.precision.optimizer.bytes() * 2.0,
-        Optimizer::Adam8bit | Optimizer::PagedAdam8bit => largest_param(a) as f64 * 4.0 * 2.0,
-        _ => 0.0,
-    };
-    let p = step::single(&st, opt_temp);
+    let TrainProgram { prog: p, first, .. } = train_program(s, a, grads, grads_full, false, replay);
     for (name, b) in &p.points {
         tl.push(Point {
             phase: (*name).into(),
@@ -1731,7 +1762,7 @@ fn train_step(
         bytes: base.round() as u64,
     });
     let outcome = if replay {
-        crate::alloc::stream::replay_train(s, a, &st, st.embeds_held)
+        crate::alloc::stream::replay_train(s, a, &first, first.embeds_held)
     } else {
         None
     };
@@ -1751,51 +1782,95 @@ fn largest_param(a: &Architecture) -> u64 {
         .unwrap_or(0)
 }
 
-/// generate(): prefill under no_grad with the KV cache filling, then decode steps.
-fn inference(
-    s: &Scenario,
-    a: &Architecture,
-    weights: f64,
-    tl: &mut Vec<Point>,
-) -> (f64, String, f64, Bytes) {
+/// generate() as the engine composes it: the prefill's stretches (with their events when
+/// `record`), the prefill composed (and recorded), and the KV cache's sizes.
+struct Generation {
+    st: Stretches,
+    prefill: Seg,
+    nodes: Vec<step::Node>,
+    kv_prefill: f64,
+    /// What the cache holds in memory while decoding.
+    kv_decode: f64,
+    /// What it reports at the end.
+    kv_final: f64,
+    /// Decode's last token: the whole cache, one layer's keys or values twice for a moment,
+    /// one token's activations and fp32 logits.
+    decode_extra: f64,
+}
+
+fn generation(s: &Scenario, a: &Architecture, record: bool) -> Generation {
     let ctx = Ctx::new(s, a, false);
-    let st = Stretches::new(&ctx, tape::Mode::NoGrad, tape::Grads::New);
-    tl.push(Point {
-        phase: "weights".into(),
-        bytes: weights as u64,
-    });
-    let w = |phase| crate::mem::Where {
+    let st = if record {
+        Stretches::traced(&ctx, tape::Mode::NoGrad, tape::Grads::New)
+    } else {
+        Stretches::new(&ctx, tape::Mode::NoGrad, tape::Grads::New)
+    };
+    let w = |phase, what| crate::mem::Where {
         phase,
+        what,
         ..Default::default()
     };
-    let mut seg = st
-        .emb
-        .fwd
-        .in_phase(Phase::PrefillEmbedding)
-        .then(Seg::alloc(
-            Cat::Activations,
-            st.embeds_hold,
-            w(Phase::PrefillEmbedding),
-        ));
-    let mut before = 0u64;
+    let src = |which| step::Src {
+        which,
+        fwd: true,
+        grads: tape::Grads::New,
+    };
+    let mut nodes = Vec::new();
+    let emb = st.emb.fwd.in_phase(Phase::PrefillEmbedding);
+    let hold = Seg::alloc(
+        Cat::Activations,
+        st.embeds_hold,
+        w(Phase::PrefillEmbedding, "model keeps inputs_embeds"),
+    );
+    let mut seg = emb.then(hold);
+    if record {
+        nodes.push(step::Node::Stretch {
+            src: src(step::Which::Emb),
+            one: emb,
+            n: 1,
+            index: 0,
+        });
+        nodes.push(step::Node::Frame(hold));
+    }
+    let mut from = 1u64;
     for (i, n) in a.runs(0, a.layers) {
         let phase = if st.kinds[i].moe {
             Phase::PrefillMoe
         } else {
             Phase::Prefill
         };
-        // Number the layers of this run in the model's order.
-        let mut run = st.layers[i].fwd.repeat(n).in_phase(phase);
-        run.at.index += before as u32;
-        seg = seg.then(run);
-        before += n;
+        let mut one = st.layers[i].fwd.repeat(n).in_phase(phase);
+        one.at.index += (from - 1) as u32;
+        seg = seg.then(one);
+        if record {
+            nodes.push(step::Node::Stretch {
+                src: src(step::Which::Layer(i)),
+                one: st.layers[i].fwd.in_phase(phase),
+                n,
+                index: from as u32,
+            });
+        }
+        from += n;
     }
+    // The last position's logits: what the head leaves is not carried into decode.
+    let head = st.head.fwd.in_phase(Phase::PrefillHead);
     seg = seg.then(Seg {
         delta: Bytes::default(),
-        ..st.head.fwd.in_phase(Phase::PrefillHead)
+        ..head
     });
-    let r_peak = seg.peak;
-    let r_phase = seg.at.words();
+    if record {
+        nodes.push(step::Node::Stretch {
+            src: src(step::Which::Head),
+            one: head,
+            n: 1,
+            index: 0,
+        });
+        nodes.push(step::Node::Frame(Seg {
+            delta: Bytes::default().minus(head.delta),
+            peak: Bytes::default(),
+            at: w(Phase::PrefillHead, "generate() keeps the last token"),
+        }));
+    }
     let b = s.batch as f64;
     let c = ctx.c.bytes();
     let per_token = a.cache_elems_per_token_layer() as f64 * c * b;
@@ -1826,21 +1901,47 @@ fn inference(
             }
         }
     }
+    // Decode: the cache grows by concatenation (a layer's keys or values exist twice for a
+    // moment), plus one token's activations and fp32 logits.
+    let per_layer = kv_len * per_token / 2.0;
+    Generation {
+        prefill: seg,
+        nodes,
+        kv_prefill,
+        kv_decode,
+        kv_final,
+        decode_extra: per_layer + b * (a.vocab as f64) * (c + 4.0),
+        st,
+    }
+}
+
+/// generate(): prefill under no_grad with the KV cache filling, then decode steps.
+fn inference(
+    s: &Scenario,
+    a: &Architecture,
+    weights: f64,
+    tl: &mut Vec<Point>,
+) -> (f64, String, f64, Bytes) {
+    let g = generation(s, a, false);
+    tl.push(Point {
+        phase: "weights".into(),
+        bytes: weights as u64,
+    });
+    let r_peak = g.prefill.peak;
+    let r_phase = g.prefill.at.words();
+    let (kv_prefill, kv_decode, kv_final) = (g.kv_prefill, g.kv_decode, g.kv_final);
     tl.push(Point {
         phase: "after prefill (KV cache filled)".into(),
         bytes: (weights + kv_prefill).round() as u64,
     });
-    // Decode: the cache grows by concatenation (a layer's keys or values exist twice for a
-    // moment), plus one token's activations and fp32 logits.
-    let per_layer = kv_len * per_token / 2.0;
-    let decode = kv_decode + per_layer + b * (a.vocab as f64) * (c + 4.0);
+    let decode = kv_decode + g.decode_extra;
     let mut at_peak = r_peak;
     let mut phase = r_phase;
     // Prefill's bytes include the cache; report the cache separately.
     let prefill_peak = r_peak.total();
     let peak = if s.new_tokens > 0 && decode > prefill_peak {
         phase = "decode: last token".into();
-        at_peak = Bytes::of(Cat::Temporaries, per_layer + b * a.vocab as f64 * (c + 4.0));
+        at_peak = Bytes::of(Cat::Temporaries, g.decode_extra);
         decode
     } else {
         prefill_peak
@@ -1850,4 +1951,103 @@ fn inference(
         bytes: (weights + kv_decode).round() as u64,
     });
     (weights + peak, phase, kv_final, at_peak)
+}
+
+/// generate() recorded: the prefill's nodes, then decode's last token in closed form.
+fn inference_recorded(
+    s: &Scenario,
+    a: &Architecture,
+    weights: f64,
+) -> (Stretches, Vec<step::Node>, Vec<(Bytes, crate::mem::Where)>) {
+    let g = generation(s, a, true);
+    let mut tail = Vec::new();
+    if s.new_tokens > 0 {
+        let mut b = Bytes::of(Cat::Weights, weights);
+        b.add(Cat::KvCache, g.kv_decode);
+        b.add(Cat::Temporaries, g.decode_extra);
+        tail.push((
+            b,
+            crate::mem::Where {
+                phase: Phase::Decode,
+                what: "decode: the cache grows by one token",
+                ..Default::default()
+            },
+        ));
+    }
+    (g.st, g.nodes, tail)
+}
+
+/// A step as the engine composed it, recorded for the op-level timeline
+/// ([`crate::timeline`]): what stays resident through it, the stretches (with their events)
+/// and the composition, and the points the engine computes in closed form after it (an
+/// inference's decode).
+pub(crate) struct Recorded {
+    pub resident: Bytes,
+    pub nodes: Vec<step::Node>,
+    pub first: Stretches,
+    pub later: Option<Stretches>,
+    /// Absolute bytes and where, after the recorded step.
+    pub tail: Vec<(Bytes, crate::mem::Where)>,
+}
+
+/// The step of `s` recorded, as [`estimate`] composes it. Refused where there is no step
+/// to replay (a bare parameter count) or where it is not one program (pipeline stages).
+pub(crate) fn recorded(s: &Scenario) -> Result<Recorded> {
+    let a = match &s.model {
+        Model::Arch { arch, .. } => arch,
+        Model::Params(_) => {
+            return Err(Error::new(
+                "model",
+                "a bare parameter count has no step to replay: name a model or give its config",
+            ))
+        }
+    };
+    let par = &s.parallel;
+    if estimate_pytorch_dp(s, "", a).is_some() {
+        if par.pp > 1 {
+            return Err(Error::new(
+                "parallel.pp",
+                "the op-level timeline follows one GPU through a step that holds the whole model; a pipeline's stages are shown stage by stage in the 5D panel",
+            ));
+        }
+        let pr = prepare_with(s, a, true);
+        let st = rank_step(s, &pr, 0, None, f64::INFINITY, true);
+        let Prepared { first, later, .. } = pr;
+        return Ok(Recorded {
+            resident: st.base,
+            nodes: st.prog.rec.unwrap_or_default(),
+            first,
+            later,
+            tail: Vec::new(),
+        });
+    }
+    if s.mode == Mode::Train && (par.model_parallel() || par.framework == Framework::Megatron) {
+        return Err(unsupported_layout(s));
+    }
+    let states = ModelStates::new(s, Some(a));
+    let dp = &DpStates::new(s, &s.parallel, &states, Geo::data_parallel(s, Some(a)));
+    let mut resident = Bytes::of(Cat::Weights, dp.weights + dp.fixed);
+    if s.mode == Mode::Train {
+        resident.add(Cat::Master, dp.master);
+        resident.add(Cat::Optimizer, dp.optim);
+        resident.add(Cat::Gradients, dp.grad_acc);
+        resident.add(Cat::WeightCopies, dp.gathered);
+        resident.add(Cat::Temporaries, dp.buckets);
+        let t = train_program(s, a, dp.grads, states.grads, true, false);
+        return Ok(Recorded {
+            resident,
+            nodes: t.prog.rec.unwrap_or_default(),
+            first: t.first,
+            later: t.later,
+            tail: Vec::new(),
+        });
+    }
+    let (first, nodes, tail) = inference_recorded(s, a, dp.weights);
+    Ok(Recorded {
+        resident: Bytes::of(Cat::Weights, dp.weights),
+        nodes,
+        first,
+        later: None,
+        tail,
+    })
 }

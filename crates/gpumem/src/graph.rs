@@ -234,6 +234,15 @@ impl<'c, 'a> Builder<'c, 'a> {
         self.dt[t]
     }
 
+    /// Run `f` with the ops it records that name nothing named `name` (the module, as
+    /// transformers calls it: the timeline's and the ledgers' labels).
+    fn named<T>(&mut self, name: &'static str, f: impl FnOnce(&mut Self) -> T) -> T {
+        let prev = self.tape.scope(name);
+        let r = f(self);
+        self.tape.scope(prev);
+        r
+    }
+
     pub fn input(&mut self, elems: f64, d: DType, rg: bool) -> Tid {
         let t = self.tape.input(elems * d.bytes(), rg);
         self.reg(t, d)
@@ -1447,7 +1456,7 @@ impl<'c, 'a> Builder<'c, 'a> {
         let ie = tokens * (i as f64 / self.ctx.tp).ceil();
         if !a.gated {
             let hdn = self.linear(y, lin[0].1, lin[0].0, tokens);
-            let act = self.activation(hdn, ie);
+            let act = self.named("act", |b| b.activation(hdn, ie));
             let out = self.linear(act, lin[1].1, lin[1].0, tokens);
             return self.dropout(out, tokens * a.hidden as f64, a.dropout.resid);
         }
@@ -1463,13 +1472,13 @@ impl<'c, 'a> Builder<'c, 'a> {
             let gate = self.linear(y, lin[0].1, lin[0].0, tokens);
             (gate, usize::MAX, lin[2])
         };
-        let act = self.activation(gate, ie);
+        let act = self.named("act_fn", |b| b.activation(gate, ie));
         let up = if up == usize::MAX {
             self.linear(y, lin[1].1, lin[1].0, tokens)
         } else {
             up
         };
-        let m = self.mul(act, up, ie);
+        let m = self.named("act_fn(gate) * up", |b| b.mul(act, up, ie));
         let out = self.linear(m, down.1, down.0, tokens);
         self.dropout(out, tokens * a.hidden as f64, a.dropout.resid)
     }
@@ -1773,65 +1782,67 @@ impl<'c, 'a> Builder<'c, 'a> {
         self.tape.hold(x);
         let out = match a.block {
             Block::Pre => {
-                let y = self.norm(x, h, ctx.tsp);
+                let y = self.named("input_layernorm", |b| b.norm(x, h, ctx.tsp));
                 let yf = self.enter_tp(y, h);
-                let o = self.attention(yf, kind);
+                let o = self.named("self_attn", |b| b.attention(yf, kind));
                 let o = self.leave_tp(o, h);
                 let o = self.dropout(o, e, resid);
                 self.tape.touch(&[y]);
-                let r1 = self.residual(x, o, e);
-                let y2 = self.norm(r1, h, ctx.tsp);
+                let r1 = self.named("residual", |b| b.residual(x, o, e));
+                let y2 = self.named("post_attention_layernorm", |b| b.norm(r1, h, ctx.tsp));
                 let y2f = self.enter_tp(y2, h);
-                let m = self.ffn(y2f, kind);
+                let m = self.named("mlp", |b| b.ffn(y2f, kind));
                 let m = self.leave_tp(m, h);
                 self.tape.touch(&[y2]);
-                self.residual(r1, m, e)
+                self.named("residual", |b| b.residual(r1, m, e))
             }
             Block::Sandwich => {
-                let y = self.norm(x, h, ctx.tsp);
+                let y = self.named("input_layernorm", |b| b.norm(x, h, ctx.tsp));
                 let yf = self.enter_tp(y, h);
-                let o = self.attention(yf, kind);
+                let o = self.named("self_attn", |b| b.attention(yf, kind));
                 let o = self.leave_tp(o, h);
                 self.tape.touch(&[y]);
-                let o2 = self.norm(o, h, ctx.tsp);
-                let r1 = self.add(x, o2, e);
-                let y2 = self.norm(r1, h, ctx.tsp);
+                let o2 = self.named("post_attention_layernorm", |b| b.norm(o, h, ctx.tsp));
+                let r1 = self.named("residual", |b| b.add(x, o2, e));
+                let y2 = self.named("pre_feedforward_layernorm", |b| b.norm(r1, h, ctx.tsp));
                 let y2f = self.enter_tp(y2, h);
-                let m = self.ffn(y2f, kind);
+                let m = self.named("mlp", |b| b.ffn(y2f, kind));
                 let m = self.leave_tp(m, h);
                 self.tape.touch(&[y2]);
-                let m2 = self.norm(m, h, ctx.tsp);
-                self.add(r1, m2, e)
+                let m2 = self.named("post_feedforward_layernorm", |b| b.norm(m, h, ctx.tsp));
+                self.named("residual", |b| b.add(r1, m2, e))
             }
             Block::Post => {
                 let xf = self.enter_tp(x, h);
-                let o = self.attention(xf, kind);
+                let o = self.named("self_attn", |b| b.attention(xf, kind));
                 let o = self.leave_tp(o, h);
-                let o2 = self.norm(o, h, ctx.tsp);
-                let r1 = self.add(x, o2, e);
+                let o2 = self.named("post_attention_layernorm", |b| b.norm(o, h, ctx.tsp));
+                let r1 = self.named("residual", |b| b.add(x, o2, e));
                 let rf = self.enter_tp(r1, h);
-                let m = self.ffn(rf, kind);
+                let m = self.named("mlp", |b| b.ffn(rf, kind));
                 let m = self.leave_tp(m, h);
-                let m2 = self.norm(m, h, ctx.tsp);
-                self.add(r1, m2, e)
+                let m2 = self.named("post_feedforward_layernorm", |b| b.norm(m, h, ctx.tsp));
+                self.named("residual", |b| b.add(r1, m2, e))
             }
             Block::Parallel | Block::ParallelTwoNorms => {
-                let y1 = self.norm(x, h, ctx.tsp);
+                let y1 = self.named("input_layernorm", |b| b.norm(x, h, ctx.tsp));
                 let y2 = if a.block == Block::ParallelTwoNorms {
-                    self.norm(x, h, ctx.tsp)
+                    self.named("mlp_layernorm", |b| b.norm(x, h, ctx.tsp))
                 } else {
                     y1
                 };
                 let y1f = self.enter_tp(y1, h);
-                let o = self.attention(y1f, kind);
+                let o = self.named("self_attn", |b| b.attention(y1f, kind));
                 let o = self.leave_tp(o, h);
                 let o = self.dropout(o, e, resid);
                 let y2f = if y2 == y1 { y1f } else { self.enter_tp(y2, h) };
-                let m = self.ffn(y2f, kind);
+                let m = self.named("mlp", |b| b.ffn(y2f, kind));
                 let m = self.leave_tp(m, h);
                 self.tape.touch(&[y1, y2]);
-                let s = self.add(o, m, e);
-                self.add(s, x, e)
+                self.named("residual", |b| {
+                    let s = b.add(o, m, e);
+                    b.add(s, x, e)
+                })
             }
         };
         self.tape.set_output(out);
@@ -1840,6 +1851,10 @@ impl<'c, 'a> Builder<'c, 'a> {
 
     /// Token (and position) embeddings; returns the first layer's input.
     pub fn embedding(&mut self) -> Tid {
+        self.named("embed_tokens", Self::embedding_ops)
+    }
+
+    fn embedding_ops(&mut self) -> Tid {
         if self.ctx.megatron {
             return self.mc_embedding();
         }
@@ -1945,11 +1960,15 @@ impl<'c, 'a> Builder<'c, 'a> {
 
     /// Final norm, LM head and the loss (training) or last-token logits (generation).
     pub fn head(&mut self, x: Tid) -> Tid {
+        self.named("lm_head", |b| b.head_ops(x))
+    }
+
+    fn head_ops(&mut self, x: Tid) -> Tid {
         let ctx = self.ctx;
         let a = ctx.arch;
         let h = a.hidden as f64;
         let v = a.vocab as f64;
-        let y = self.norm(x, h, ctx.t);
+        let y = self.named("norm", |b| b.norm(x, h, ctx.t));
         let head = Linear::new(a.hidden, a.vocab, false);
         if !ctx.train {
             // generate(): logits of the last position only, then an fp32 copy.
@@ -1979,8 +1998,10 @@ impl<'c, 'a> Builder<'c, 'a> {
                         DType::F32,
                     )
                 };
-                let ls = self.op_saving_output(&[l32], t * v, DType::F32, Cat::Logits);
-                let loss = self.op(&[ls], 1.0, DType::F32, &[]);
+                let ls = self.named("log_softmax", |b| {
+                    b.op_saving_output(&[l32], t * v, DType::F32, Cat::Logits)
+                });
+                let loss = self.named("nll_loss", |b| b.op(&[ls], 1.0, DType::F32, &[]));
                 self.tape.set_output(loss);
                 loss
             }
@@ -2012,13 +2033,17 @@ impl<'c, 'a> Builder<'c, 'a> {
     /// Training: the final norm and the LM head (or, with a fused loss, only the norm: the
     /// fused op does the head's matmul). Returns the output and its dtype.
     pub fn head_logits(&mut self, x: Tid) -> (Tid, DType) {
+        self.named("lm_head", |b| b.head_logits_ops(x))
+    }
+
+    fn head_logits_ops(&mut self, x: Tid) -> (Tid, DType) {
         if self.ctx.megatron {
             return self.mc_head(x);
         }
         let ctx = self.ctx;
         let a = ctx.arch;
         let h = a.hidden as f64;
-        let y = self.norm(x, h, ctx.tsp);
+        let y = self.named("norm", |b| b.norm(x, h, ctx.tsp));
         let out = match ctx.loss {
             Loss::Standard => {
                 let yf = self.enter_tp(y, h);
@@ -2091,6 +2116,10 @@ impl<'c, 'a> Builder<'c, 'a> {
     /// Training: the loss over the head's output `x` (the logits, which the caller keeps as
     /// `out.logits`; or the normed hidden state a fused loss takes).
     pub fn loss(&mut self, x: Tid) -> Tid {
+        self.named("loss", |b| b.loss_ops(x))
+    }
+
+    fn loss_ops(&mut self, x: Tid) -> Tid {
         if self.ctx.megatron {
             return self.mc_loss(x);
         }
@@ -2124,7 +2153,7 @@ impl<'c, 'a> Builder<'c, 'a> {
                     DType::F32,
                 );
                 self.tape.save_self(ls);
-                let loss = self.op(&[ls], 1.0, DType::F32, &[]);
+                let loss = self.named("nll_loss", |b| b.op(&[ls], 1.0, DType::F32, &[]));
                 self.tape.set_output(loss);
                 loss
             }
@@ -2144,8 +2173,10 @@ impl<'c, 'a> Builder<'c, 'a> {
                         DType::F32,
                     )
                 };
-                let ls = self.op_saving_output(&[l32], t * v, DType::F32, Cat::Logits);
-                let loss = self.op(&[ls], 1.0, DType::F32, &[]);
+                let ls = self.named("log_softmax", |b| {
+                    b.op_saving_output(&[l32], t * v, DType::F32, Cat::Logits)
+                });
+                let loss = self.named("nll_loss", |b| b.op(&[ls], 1.0, DType::F32, &[]));
                 self.tape.set_output(loss);
                 loss
             }

@@ -10,6 +10,7 @@ pub mod gpu;
 pub mod graph;
 pub mod hf;
 pub mod knobs;
+pub mod ledger;
 pub mod map;
 pub mod megatron;
 pub mod mem;
@@ -22,6 +23,7 @@ pub mod presets;
 pub mod scenario;
 pub mod step;
 pub mod tape;
+pub mod timeline;
 pub mod validation;
 
 pub use error::{Error, Result};

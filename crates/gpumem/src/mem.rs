@@ -297,10 +297,18 @@ pub struct Event {
     pub bytes: f64,
     pub cat: Cat,
     pub at: Where,
-    /// What the tensor is ("input saved for backward", "output", "grad of input").
+    /// What the tensor is ("saved for backward", "output", "grad of input", "workspace").
     pub role: &'static str,
+    /// The op that made the tensor ("" for a workspace or a framework buffer).
+    pub tensor: &'static str,
+    /// The tensor's dtype, when the tape knows it.
+    pub dtype: Option<crate::dtype::DType>,
     /// Which tensor, within the stretch replayed.
     pub id: Local,
+    /// The op running named itself (a module: a linear layer), rather than taking the name
+    /// of the module it runs in (`at.what` then names that): the allocator model finds the
+    /// forward's first matmul by it.
+    pub named: bool,
 }
 
 /// Which tensor an [`Event`] allocates or frees, within the stretch a tape replays: the

@@ -171,6 +171,19 @@ pub fn fixed(x: f64, decimals: usize) -> String {
     out
 }
 
+/// A whole number with thousands separators: 8030261248 → "8,030,261,248".
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// A byte count in words with a binary prefix: 3.5e21 → "2.96 ZiB", 1536 → "1.50 KiB".
 pub fn bytes_words(b: f64) -> String {
     const UNITS: [&str; 9] = [

@@ -37,14 +37,33 @@ pub fn sorted_indices(n: usize, cmp: &dyn Fn(usize, usize) -> Ordering) -> Vec<u
 }
 
 /// Sort `v` by `cmp`, stably.
-pub fn sort_by<T>(v: &mut Vec<T>, cmp: impl Fn(&T, &T) -> Ordering) {
+pub fn sort_by<T>(v: &mut [T], cmp: impl Fn(&T, &T) -> Ordering) {
     let idx = sorted_indices(v.len(), &|i, j| cmp(&v[i], &v[j]));
-    let mut slots: Vec<Option<T>> = v.drain(..).map(Some).collect();
-    v.extend(idx.into_iter().filter_map(|i| slots[i].take()));
+    // The only code per element type: the swaps, worked out without it.
+    for (i, k) in swaps(idx) {
+        v.swap(i, k);
+    }
+}
+
+/// The swaps that put element `idx[i]` at `i` for every `i`, in order: each position takes
+/// its element from where the swaps before it have moved it (following `idx` from a
+/// position already filled to the one its element went to).
+fn swaps(idx: Vec<usize>) -> Vec<(usize, usize)> {
+    let mut out = Vec::with_capacity(idx.len());
+    for i in 0..idx.len() {
+        let mut k = idx[i];
+        while k < i {
+            k = idx[k];
+        }
+        if k != i {
+            out.push((i, k));
+        }
+    }
+    out
 }
 
 /// Sort `v` in its natural order.
-pub fn sort<T: Ord>(v: &mut Vec<T>) {
+pub fn sort<T: Ord>(v: &mut [T]) {
     sort_by(v, T::cmp)
 }
 

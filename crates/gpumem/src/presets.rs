@@ -96,6 +96,13 @@ fn deepseek_v3() -> Architecture {
 
 /// Every preset, in display order.
 pub fn all() -> Vec<Preset> {
+    let mut v = written();
+    v.extend(CONFIGS.iter().map(|c| c.preset()));
+    v
+}
+
+/// The presets written here as architectures (not parsed from config keys), in display order.
+fn written() -> Vec<Preset> {
     let p = |name, aliases, source, arch| Preset {
         name,
         aliases,
@@ -221,7 +228,6 @@ pub fn all() -> Vec<Preset> {
         ),
     ];
     v.extend(qwen);
-    v.extend(CONFIGS.iter().map(|c| c.preset()));
     v
 }
 
@@ -418,7 +424,9 @@ pub fn find(name: &str) -> Option<Preset> {
     {
         return Some(c.preset());
     }
-    all()
+    // The written ones only: parsing every config preset to find another would make each
+    // scenario's parse (every slider step of every widget) a millisecond slower.
+    written()
         .into_iter()
         .find(|p| p.name == n || p.aliases.contains(&n.as_str()))
 }

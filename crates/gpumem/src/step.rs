@@ -6,8 +6,25 @@
 use crate::arch::LayerKind;
 use crate::dtype::DType;
 use crate::graph::{Builder, Ctx};
-use crate::mem::{Bytes, Cat, Phase, Seg, Where};
+use crate::mem::{Bytes, Cat, Event, Phase, Seg, Where};
 use crate::tape::{self, Grads, Profile};
+
+/// Every allocation and free of one stretch's forward and of its backward (see
+/// [`Tape::replay`](crate::tape::Tape::replay)), for the op-level timeline.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Trace {
+    pub fwd: Vec<Event>,
+    pub bwd: Vec<Event>,
+}
+
+/// The traces of a GPU's stretches, as [`Stretches`] holds their profiles.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Traces {
+    pub emb: Trace,
+    pub layers: Vec<Trace>,
+    pub head: Trace,
+    pub loss: Trace,
+}
 
 /// The profiles of one GPU's stretches: embedding, each kind of decoder layer, LM head, loss.
 pub(crate) struct Stretches {
@@ -33,8 +50,12 @@ pub(crate) struct Stretches {
     /// The first layer keeps its input until its backward (otherwise the input is freed
     /// during the layer's forward).
     pub input_kept: bool,
+    /// What becomes of the parameter gradients the backwards compute.
+    pub grads: Grads,
+    /// Every event of each stretch, when asked for ([`Stretches::traced`]).
+    pub traces: Option<Box<Traces>>,
     /// Every allocation and free of each stretch, with identities, for the allocator model
-    /// (made only when asked for: [`Stretches::traced`]).
+    /// (made only when asked for: [`Stretches::scripted`]).
     pub scripts: Option<Scripts>,
 }
 
@@ -61,30 +82,95 @@ impl Stretches {
     /// Replay each stretch once. `grads` says what becomes of the parameter gradients the
     /// backward computes.
     pub(crate) fn new(ctx: &Ctx<'_>, mode: tape::Mode, grads: Grads) -> Stretches {
-        Self::build::<false>(ctx, mode, grads)
+        Self::build::<false, false>(ctx, mode, grads)
     }
 
-    /// As [`Stretches::new`], keeping each stretch's events for the allocator model.
+    /// As [`Stretches::new`], keeping every stretch's events for the op-level timeline.
     pub(crate) fn traced(ctx: &Ctx<'_>, mode: tape::Mode, grads: Grads) -> Stretches {
-        Self::build::<true>(ctx, mode, grads)
+        Self::build::<true, false>(ctx, mode, grads)
     }
 
-    /// `TRACE` is a constant so that a build that never traces (the widgets' wasm) carries
-    /// no tracing code.
-    fn build<const TRACE: bool>(ctx: &Ctx<'_>, mode: tape::Mode, grads: Grads) -> Stretches {
+    /// As [`Stretches::new`], keeping each stretch's events as a script for the allocator
+    /// model.
+    pub(crate) fn scripted(ctx: &Ctx<'_>, mode: tape::Mode, grads: Grads) -> Stretches {
+        Self::build::<false, true>(ctx, mode, grads)
+    }
+
+    /// Scale the parameter gradients the backwards leave by `f` (ZeRO-2/3: only this
+    /// rank's shard accumulates), in the profiles and the traces alike.
+    pub(crate) fn scale_grads(&mut self, f: f64) {
+        let g = Cat::Gradients as usize;
+        for p in [&mut self.emb, &mut self.head, &mut self.loss]
+            .into_iter()
+            .chain(self.layers.iter_mut())
+        {
+            p.bwd.delta.0[g] *= f;
+            p.bwd.peak.0[g] *= f;
+        }
+        if let Some(t) = self.traces.as_deref_mut() {
+            for tr in [&mut t.emb, &mut t.head, &mut t.loss]
+                .into_iter()
+                .chain(t.layers.iter_mut())
+            {
+                for e in tr.bwd.iter_mut().filter(|e| e.cat == Cat::Gradients) {
+                    e.bytes *= f;
+                }
+            }
+        }
+    }
+
+    /// `TRACE` (the timeline's events) and `SCRIPTS` (the allocator model's) are constants so
+    /// that a build that never asks for one carries no code for it (the widgets' wasm makes
+    /// no scripts).
+    fn build<const TRACE: bool, const SCRIPTS: bool>(
+        ctx: &Ctx<'_>,
+        mode: tape::Mode,
+        grads: Grads,
+    ) -> Stretches {
         use crate::alloc::stream::Script;
         let a = ctx.arch;
         let h = a.hidden as f64;
+        let traces = std::cell::RefCell::new(Vec::<Trace>::new());
         let scripts = std::cell::RefCell::new(Vec::<Script>::new());
         let run = |b: &Builder<'_, '_>, m: tape::Mode| {
-            if TRACE {
-                let mut ev = Vec::new();
-                let p = b.tape.replay(m, grads, Some(&mut ev));
-                scripts.borrow_mut().push(Script::new(&ev));
-                p
-            } else {
-                b.tape.replay(m, grads, None)
+            if !TRACE && !SCRIPTS {
+                return b.tape.replay(m, grads, None);
             }
+            let mut ev = Vec::new();
+            let p = b.tape.replay(m, grads, Some(&mut ev));
+            if SCRIPTS {
+                scripts.borrow_mut().push(Script::new(&ev));
+            }
+            if TRACE {
+                // What the timeline draws: the events that move memory (the allocator
+                // model's zero-byte markers left out), split where the backward starts.
+                let split = ev
+                    .iter()
+                    .position(|e| e.at.what == "backward" && e.bytes == 0.0)
+                    .unwrap_or(ev.len());
+                let mut bwd = ev.split_off(split.min(ev.len()));
+                ev.retain(|e| e.bytes != 0.0);
+                bwd.retain(|e| e.bytes != 0.0);
+                traces.borrow_mut().push(Trace { fwd: ev, bwd });
+            }
+            p
+        };
+        // The traces in the order the stretches are replayed: embedding, layers, head, loss.
+        let collect = |n_layers: usize| -> Option<Box<Traces>> {
+            if !TRACE {
+                return None;
+            }
+            let mut v = std::mem::take(&mut *traces.borrow_mut()).into_iter();
+            let emb = v.next().unwrap_or_default();
+            let layers = (0..n_layers)
+                .map(|_| v.next().unwrap_or_default())
+                .collect();
+            Some(Box::new(Traces {
+                emb,
+                layers,
+                head: v.next().unwrap_or_default(),
+                loss: v.next().unwrap_or_default(),
+            }))
         };
         let mut pre = Builder::new(ctx);
         let first = pre.embedding();
@@ -116,7 +202,8 @@ impl Stretches {
             // generate(): the last position's logits.
             hb.head(x);
             let head = run(&hb, tape::Mode::NoGrad);
-            let scripts = TRACE.then(|| {
+            let traces = collect(layers.len());
+            let scripts = SCRIPTS.then(|| {
                 let mut v = scripts.take();
                 let head = v.pop().expect("head traced");
                 let emb = v.remove(0);
@@ -128,6 +215,8 @@ impl Stretches {
                 }
             });
             return Stretches {
+                grads,
+                traces,
                 emb,
                 layers,
                 kinds,
@@ -154,9 +243,12 @@ impl Stretches {
             crate::scenario::Loss::Fused => Cat::Activations,
         };
         let l = lb.input_bytes(logits_bytes, logits_dtype, logits_rg, cat);
-        lb.loss(l);
+        let lo = lb.loss(l);
+        // The loss itself, which the caller holds with the logits (`out.loss`).
+        let loss_out = Bytes::of(lb.tape.cat(lo), lb.tape.bytes(lo));
         let loss = run(&lb, tape::Mode::Normal.or_nograd(mode));
-        let scripts = TRACE.then(|| {
+        let traces = collect(layers.len());
+        let scripts = SCRIPTS.then(|| {
             let mut v = scripts.take();
             let loss = v.pop().expect("loss traced");
             let head = v.pop().expect("head traced");
@@ -174,6 +266,8 @@ impl Stretches {
         let input_kept = l0.input_kept;
         let input_freed = !input_kept || a.learned_positions.is_some() || !ctx.train;
         Stretches {
+            grads,
+            traces,
             emb,
             layers,
             kinds,
@@ -188,11 +282,15 @@ impl Stretches {
                     0.0
                 },
             embeds_held: input_freed,
-            // Megatron's model returns the loss, not the logits.
+            // Megatron's model returns the loss, not the logits; a Hugging Face model's
+            // output holds both (a fused loss never makes the logits whole), and the caller
+            // drops them together.
             kept: match ctx.loss {
                 _ if ctx.megatron => Bytes::default(),
-                crate::scenario::Loss::Standard => Bytes::of(Cat::Logits, logits_bytes),
-                crate::scenario::Loss::Fused => Bytes::default(),
+                crate::scenario::Loss::Standard => {
+                    Bytes::of(Cat::Logits, logits_bytes).plus(loss_out)
+                }
+                crate::scenario::Loss::Fused => loss_out,
             },
             scripts,
         }
@@ -200,6 +298,15 @@ impl Stretches {
 }
 
 impl Stretches {
+    /// Which of this GPU's stretches, forward or backward.
+    fn src(&self, which: Which, fwd: bool) -> Src {
+        Src {
+            which,
+            fwd,
+            grads: self.grads,
+        }
+    }
+
     /// The phases a layer of kind `i` runs in: (forward, backward).
     fn phases(&self, i: usize) -> (Phase, Phase) {
         if self.kinds[i].moe {
@@ -224,11 +331,70 @@ fn at(phase: Phase) -> Where {
     }
 }
 
+/// What the framework's own steps are called on the timeline.
+const HOLD: &str = "model keeps inputs_embeds";
+const DROP: &str = "model drops inputs_embeds";
+const UNCACHE: &str = "autocast clears its weight cache";
+const DROP_OUTPUT: &str = "caller drops the previous logits";
+const OPTIMIZER: &str = "optimizer.step()";
+const LOSS_GRAD: &str = "autograd seeds the loss's gradient";
+
 /// A step composed so far, and the points of its coarse timeline.
 pub(crate) struct Program {
     pub seg: Seg,
     /// (phase, bytes above the step's start) at the stretch boundaries worth showing.
     pub points: Vec<(&'static str, Bytes)>,
+    /// The step as it was composed, for the op-level timeline (when asked for).
+    pub rec: Option<Vec<Node>>,
+}
+
+/// Which stretch a recorded segment replays.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Which {
+    Emb,
+    /// A decoder layer of kind `i` (an index into [`Stretches::kinds`]).
+    Layer(usize),
+    Head,
+    Loss,
+}
+
+/// A stretch's forward or backward, as replayed with gradients `grads`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Src {
+    pub which: Which,
+    pub fwd: bool,
+    pub grads: Grads,
+}
+
+/// How the repetitions of a recorded group are told apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Count {
+    /// Micro-batches `from`, `from + 1`, … of `of`.
+    MicroBatches { from: u32, of: u32 },
+    /// Decoder layers `from`, `from + 1`, … (their stretches say which).
+    Layers { from: u32 },
+}
+
+/// One piece of a recorded step.
+#[derive(Clone, Debug)]
+pub(crate) enum Node {
+    /// A framework's allocation, free or transient buffer.
+    Frame(Seg),
+    /// A stretch replayed op by op (`one`, labelled with its phase), `n` times in a row
+    /// (identical decoder layers); its first is layer `index` (0: not a decoder layer).
+    Stretch {
+        src: Src,
+        one: Seg,
+        n: u64,
+        index: u32,
+    },
+    /// What `body` composes to (`one`), `n` times in a row.
+    Group {
+        n: u64,
+        one: Seg,
+        count: Count,
+        body: Vec<Node>,
+    },
 }
 
 impl Program {
@@ -236,13 +402,84 @@ impl Program {
         let mut p = Program {
             seg: Seg::default(),
             points: Vec::new(),
+            rec: None,
         };
         p.point("start of step");
         p
     }
 
+    /// A program that records what it composes.
+    fn recording(record: bool) -> Self {
+        let mut p = Program::new();
+        if record {
+            p.rec = Some(Vec::new());
+        }
+        p
+    }
+
+    /// An empty program for a fragment, recording when this one does.
+    fn fragment(&self) -> Program {
+        Program {
+            seg: Seg::default(),
+            points: Vec::new(),
+            rec: self.rec.as_ref().map(|_| Vec::new()),
+        }
+    }
+
     fn then(&mut self, s: Seg) {
         self.seg.push(&s);
+        if let Some(r) = self.rec.as_mut() {
+            r.push(Node::Frame(s));
+        }
+    }
+
+    /// A stretch that is not a decoder layer.
+    fn stretch(&mut self, src: Src, s: Seg) {
+        self.seg.push(&s);
+        if let Some(r) = self.rec.as_mut() {
+            r.push(Node::Stretch {
+                src,
+                one: s,
+                n: 1,
+                index: 0,
+            });
+        }
+    }
+
+    /// `n` identical decoder layers in `phase`, the first of them layer `from` (1-based).
+    fn layers(&mut self, src: Src, one: Seg, n: u64, phase: Phase, from: u64) {
+        let s = shifted(one.repeat(n).in_phase(phase), from.saturating_sub(1));
+        self.seg.push(&s);
+        if let Some(r) = self.rec.as_mut() {
+            r.push(Node::Stretch {
+                src,
+                one: one.in_phase(phase),
+                n,
+                index: from as u32,
+            });
+        }
+    }
+
+    /// What fragment `f` composed, `n` times in a row, pushed as `seg` (the caller's
+    /// labelling of `f.seg` repeated).
+    fn group(&mut self, f: Program, n: u64, count: Count, seg: Seg) {
+        self.seg.push(&seg);
+        if let (Some(r), Some(body)) = (self.rec.as_mut(), f.rec) {
+            r.push(Node::Group {
+                n,
+                one: f.seg,
+                count,
+                body,
+            });
+        }
+    }
+
+    /// A fragment's composition and record, appended.
+    fn append(&mut self, f: Program) {
+        self.seg.push(&f.seg);
+        if let (Some(r), Some(body)) = (self.rec.as_mut(), f.rec) {
+            r.extend(body);
+        }
     }
 
     fn point(&mut self, name: &'static str) {
@@ -294,26 +531,42 @@ fn forward(st: &Stretches, part: &Part, p: &mut Program, points: bool) {
         0.0
     };
     if part.first {
-        p.then(st.emb.fwd.in_phase(Phase::FwdEmbedding));
-        p.then(Seg::alloc(Cat::Activations, hold, at(Phase::FwdEmbedding)));
+        p.stretch(
+            st.src(Which::Emb, true),
+            st.emb.fwd.in_phase(Phase::FwdEmbedding),
+        );
+        p.then(Seg::alloc(
+            Cat::Activations,
+            hold,
+            w(Phase::FwdEmbedding, HOLD),
+        ));
     }
+    let mut from = 1;
     for &(i, n) in &part.runs {
-        p.then(st.layers[i].fwd.repeat(n).in_phase(st.phases(i).0));
+        let src = st.src(Which::Layer(i), true);
+        p.layers(src, st.layers[i].fwd, n, st.phases(i).0, from);
+        from += n;
     }
     if points {
         p.point("forward: after the layers");
     }
     if part.last {
-        p.then(st.head.fwd.in_phase(Phase::FwdHead));
-        p.then(st.loss.fwd.in_phase(Phase::FwdHead));
+        p.stretch(
+            st.src(Which::Head, true),
+            st.head.fwd.in_phase(Phase::FwdHead),
+        );
+        p.stretch(
+            st.src(Which::Loss, true),
+            st.loss.fwd.in_phase(Phase::FwdHead),
+        );
     }
     // Leaving the forward: inputs_embeds dropped; autocast's cache cleared.
-    p.then(Seg::free(Cat::Activations, hold, at(Phase::FwdHead)));
+    p.then(Seg::free(Cat::Activations, hold, w(Phase::FwdHead, DROP)));
     let cached = st.cached(part);
     p.then(Seg {
         delta: Bytes::default().minus(cached),
         peak: Bytes::default(),
-        at: at(Phase::FwdHead),
+        at: w(Phase::FwdHead, UNCACHE),
     });
     if points {
         p.point("after forward");
@@ -328,16 +581,29 @@ fn backward(st: &Stretches, part: &Part, p: &mut Program) {
         p.then(Seg::alloc(
             Cat::Temporaries,
             st.loss.out_bytes,
-            at(Phase::BwdHead),
+            w(Phase::BwdHead, LOSS_GRAD),
         ));
-        p.then(st.loss.bwd.in_phase(Phase::BwdHead));
-        p.then(st.head.bwd.in_phase(Phase::BwdHead));
+        p.stretch(
+            st.src(Which::Loss, false),
+            st.loss.bwd.in_phase(Phase::BwdHead),
+        );
+        p.stretch(
+            st.src(Which::Head, false),
+            st.head.bwd.in_phase(Phase::BwdHead),
+        );
     }
+    // Layers counted from the top, as the backward meets them.
+    let mut from = 1;
     for &(i, n) in part.runs.iter().rev() {
-        p.then(st.layers[i].bwd.repeat(n).in_phase(st.phases(i).1));
+        let src = st.src(Which::Layer(i), false);
+        p.layers(src, st.layers[i].bwd, n, st.phases(i).1, from);
+        from += n;
     }
     if part.first {
-        p.then(st.emb.bwd.in_phase(Phase::BwdEmbedding));
+        p.stretch(
+            st.src(Which::Emb, false),
+            st.emb.bwd.in_phase(Phase::BwdEmbedding),
+        );
     }
 }
 
@@ -354,6 +620,7 @@ fn seg_of(f: impl FnOnce(&mut Program)) -> Seg {
     let mut q = Program {
         seg: Seg::default(),
         points: Vec::new(),
+        rec: None,
     };
     f(&mut q);
     q.seg
@@ -858,54 +1125,68 @@ pub(crate) fn pipeline_loop(
 
 /// Later micro-batches (2 to `micro_batches`) after the first: each composed the same way,
 /// the previous micro-batch's output dropped first (`kept`).
-fn later_micro_batches(p: &mut Program, one: Seg, kept: Bytes, micro_batches: u64) {
+fn later_micro_batches(
+    p: &mut Program,
+    kept: Bytes,
+    micro_batches: u64,
+    one: impl FnOnce(&mut Program),
+) {
     if micro_batches > 1 {
-        let drop = Seg {
+        let mut mb = p.fragment();
+        one(&mut mb);
+        let at = mb.seg.at;
+        let mut q = p.fragment();
+        q.then(Seg {
             delta: Bytes::default().minus(kept),
             peak: Bytes::default(),
-            at: one.at,
-        };
-        let one = drop.then(one);
-        let mut s = one.repeat(micro_batches - 1);
+            at: Where {
+                what: DROP_OUTPUT,
+                ..at
+            },
+        });
+        q.append(mb);
+        let mut s = q.seg.repeat(micro_batches - 1);
         s.at.micro_batch = s.at.index + 1;
         s.at.micro_batches = micro_batches as u32;
-        s.at.index = one.at.index;
-        p.then(s);
+        s.at.index = at.index;
+        p.group(
+            q,
+            micro_batches - 1,
+            Count::MicroBatches {
+                from: 2,
+                of: micro_batches as u32,
+            },
+            s,
+        );
     }
 }
 
 /// A training step on a GPU that holds the whole model: `micro_batches` forward and
 /// backward passes (`later`: the stretches as replayed once the gradients exist, which are
-/// then added into), then the optimizer step, which allocates `opt_temp` for itself.
-pub(crate) fn replicated(
+/// then added into), then the optimizer step, which allocates `opt_temp` for itself; its
+/// stretches recorded for the op-level timeline when `record`.
+pub(crate) fn replicated_rec(
     first: &Stretches,
     later: Option<&Stretches>,
     micro_batches: u64,
     opt_temp: f64,
+    record: bool,
 ) -> Program {
-    let mut p = Program::new();
+    let mut p = Program::recording(record);
     micro_batch(first, &mut p, true);
     if let Some(l) = later {
-        let mut q = Program {
-            seg: Seg::default(),
-            points: Vec::new(),
-        };
-        micro_batch(l, &mut q, false);
-        later_micro_batches(&mut p, q.seg, first.kept, micro_batches);
+        later_micro_batches(&mut p, first.kept, micro_batches, |q| {
+            micro_batch(l, q, false)
+        });
     }
     p.point("after backward");
     // Optimizer step: the grads and `out.logits` are still alive.
     p.then(Seg::transient(
         Cat::Temporaries,
         opt_temp,
-        at(Phase::OptimizerStep),
+        w(Phase::OptimizerStep, OPTIMIZER),
     ));
     p
-}
-
-/// One micro-batch and the optimizer step on a single GPU.
-pub(crate) fn single(st: &Stretches, opt_temp: f64) -> Program {
-    replicated(st, None, 1, opt_temp)
 }
 
 /// Bytes of one FSDP2 unit on this rank.
@@ -1023,6 +1304,8 @@ fn reduce_scatter(u: &Unit, prev_rs: f64, ug: f64, accumulate: bool, phase: Phas
 
 /// Decoder layers of one kind in a row, for the FSDP2 composition.
 struct LayerRun<'a> {
+    /// The layers' kind (an index into [`Stretches::kinds`]).
+    kind: usize,
     n: u64,
     p: &'a Profile,
     unit: Unit,
@@ -1078,6 +1361,7 @@ impl<'a> FsdpPart<'a> {
             .map(|&(i, n)| {
                 let (fwd, bwd) = st.phases(i);
                 LayerRun {
+                    kind: i,
                     n,
                     p: &st.layers[i],
                     unit: f.layers[i],
@@ -1127,23 +1411,32 @@ impl<'a> FsdpPart<'a> {
             if f.titan && !s.units {
                 p.then(gather_now(f.emb.gathered, Phase::FwdEmbedding));
             }
-            p.then(st.emb.fwd.in_phase(Phase::FwdEmbedding));
+            p.stretch(
+                st.src(Which::Emb, true),
+                st.emb.fwd.in_phase(Phase::FwdEmbedding),
+            );
             if f.titan && f.reshard {
                 p.then(reshard(f.emb.gathered, Phase::FwdEmbedding));
             }
-            p.then(Seg::alloc(Cat::Activations, hold, at(Phase::FwdEmbedding)));
+            p.then(Seg::alloc(
+                Cat::Activations,
+                hold,
+                w(Phase::FwdEmbedding, HOLD),
+            ));
         }
+        let mut from = 1;
         for r in &self.runs {
-            let mut one = if s.units {
-                Seg::default()
-            } else {
-                gather_now(r.unit.gathered, r.fwd)
-            };
-            one = one.then(r.p.fwd.in_phase(r.fwd));
-            if f.reshard {
-                one = one.then(reshard(r.unit.gathered, r.fwd));
+            let mut q = p.fragment();
+            if !s.units {
+                q.then(gather_now(r.unit.gathered, r.fwd));
             }
-            p.then(one.repeat(r.n).in_phase(r.fwd));
+            q.stretch(st.src(Which::Layer(r.kind), true), r.p.fwd.in_phase(r.fwd));
+            if f.reshard {
+                q.then(reshard(r.unit.gathered, r.fwd));
+            }
+            let one = shifted(q.seg.repeat(r.n).in_phase(r.fwd), from - 1);
+            p.group(q, r.n, Count::Layers { from: from as u32 }, one);
+            from += r.n;
         }
         if points {
             p.point("forward: after the layers");
@@ -1152,15 +1445,21 @@ impl<'a> FsdpPart<'a> {
             if f.titan && !s.root {
                 p.then(gather_now(f.head.gathered, Phase::FwdHead));
             }
-            p.then(st.head.fwd.in_phase(Phase::FwdHead));
-            p.then(st.loss.fwd.in_phase(Phase::FwdHead));
+            p.stretch(
+                st.src(Which::Head, true),
+                st.head.fwd.in_phase(Phase::FwdHead),
+            );
+            p.stretch(
+                st.src(Which::Loss, true),
+                st.loss.fwd.in_phase(Phase::FwdHead),
+            );
         }
-        p.then(Seg::free(Cat::Activations, hold, at(Phase::FwdHead)));
+        p.then(Seg::free(Cat::Activations, hold, w(Phase::FwdHead, DROP)));
         let cached = st.cached(part);
         p.then(Seg {
             delta: Bytes::default().minus(cached),
             peak: Bytes::default(),
-            at: at(Phase::FwdHead),
+            at: w(Phase::FwdHead, UNCACHE),
         });
         if points {
             p.point("after forward");
@@ -1211,12 +1510,13 @@ impl<'a> FsdpPart<'a> {
             }
         };
         let top = self.runs.last().map_or(0.0, |r| r.unit.gathered);
+        let (loss, head) = (st.src(Which::Loss, false), st.src(Which::Head, false));
         let mut prev_rs = 0.0;
         if part.last {
             if f.titan {
-                p.then(st.loss.bwd.in_phase(Phase::BwdHead));
+                p.stretch(loss, st.loss.bwd.in_phase(Phase::BwdHead));
                 p.then(prefetch(top, Phase::BwdHead));
-                p.then(st.head.bwd.in_phase(Phase::BwdHead));
+                p.stretch(head, st.head.bwd.in_phase(Phase::BwdHead));
                 if sync {
                     p.then(reduce_scatter(
                         &f.head,
@@ -1230,20 +1530,22 @@ impl<'a> FsdpPart<'a> {
                     p.then(keep(&f.head, self.ug_head, Phase::BwdHead));
                 }
             } else if f.loss_outside {
-                p.then(st.loss.bwd.in_phase(Phase::BwdHead));
+                p.stretch(loss, st.loss.bwd.in_phase(Phase::BwdHead));
                 p.then(prefetch(top, Phase::BwdHead));
-                p.then(st.head.bwd.in_phase(Phase::BwdHead));
+                p.stretch(head, st.head.bwd.in_phase(Phase::BwdHead));
             } else {
                 // The root's pre-backward (the loss is computed inside the root's forward).
                 p.then(prefetch(top, Phase::BwdHead));
-                p.then(st.loss.bwd.in_phase(Phase::BwdHead));
-                p.then(st.head.bwd.in_phase(Phase::BwdHead));
+                p.stretch(loss, st.loss.bwd.in_phase(Phase::BwdHead));
+                p.stretch(head, st.head.bwd.in_phase(Phase::BwdHead));
             }
         } else {
             // A stage without the head: the root's pre-backward prefetches the top layer.
             p.then(prefetch(top, Phase::BwdLayer));
         }
         let runs = self.runs.len();
+        // Layers counted from the top, as the backward meets them.
+        let mut from = 1;
         for k in 0..runs {
             // The runs from the top down.
             let r = &self.runs[runs - 1 - k];
@@ -1254,15 +1556,17 @@ impl<'a> FsdpPart<'a> {
                 None if f.titan && part.first => f.emb.gathered,
                 None => 0.0,
             };
-            let layer = |prev: f64, next: f64| -> Seg {
-                let mut x = if sharded {
-                    copy_out(r.unit.gathered, r.bwd)
-                } else {
-                    Seg::default()
-                };
-                x = x.then(prefetch(next, r.bwd)).then(r.p.bwd.in_phase(r.bwd));
+            // One layer's backward with its unit's collectives, as a fragment of `p`.
+            let recording = p.fragment();
+            let layer = |prev: f64, next: f64| -> Program {
+                let mut q = recording.fragment();
+                if sharded {
+                    q.then(copy_out(r.unit.gathered, r.bwd));
+                }
+                q.then(prefetch(next, r.bwd));
+                q.stretch(st.src(Which::Layer(r.kind), false), r.p.bwd.in_phase(r.bwd));
                 if sync {
-                    x = x.then(reduce_scatter(
+                    q.then(reduce_scatter(
                         &r.unit,
                         prev,
                         freed(&r.unit, r.ug),
@@ -1270,23 +1574,39 @@ impl<'a> FsdpPart<'a> {
                         r.bwd,
                     ));
                 } else {
-                    x = x.then(keep(&r.unit, r.ug, r.bwd));
+                    q.then(keep(&r.unit, r.ug, r.bwd));
                 }
-                x.in_phase(r.bwd)
+                q.seg = q.seg.in_phase(r.bwd);
+                q
             };
             let same = r.unit.gathered;
             let rs = if sync { r.unit.rs_in } else { 0.0 };
-            let mut x = layer(prev_rs, if r.n == 1 { next_g } else { same });
-            x.at.index = 1;
+            // The first and the last layer of the run differ from those between (what they
+            // free and prefetch).
+            let one = |p: &mut Program, q: Program, index: u64| {
+                let mut x = q.seg;
+                x.at.index = index as u32;
+                p.group(q, 1, Count::Layers { from: index as u32 }, x);
+            };
+            let first = layer(prev_rs, if r.n == 1 { next_g } else { same });
+            one(p, first, from);
             if r.n > 2 {
-                x = x.then(shifted(layer(rs, same).repeat(r.n - 2), 1));
+                let q = layer(rs, same);
+                let x = shifted(q.seg.repeat(r.n - 2), from);
+                p.group(
+                    q,
+                    r.n - 2,
+                    Count::Layers {
+                        from: from as u32 + 1,
+                    },
+                    x,
+                );
             }
             if r.n > 1 {
-                let mut last = layer(rs, next_g);
-                last.at.index = r.n as u32;
-                x = x.then(last);
+                let last = layer(rs, next_g);
+                one(p, last, from + r.n - 1);
             }
-            p.then(x);
+            from += r.n;
             if sync {
                 prev_rs = r.unit.rs_in;
             }
@@ -1295,7 +1615,10 @@ impl<'a> FsdpPart<'a> {
             if f.titan && sharded {
                 p.then(copy_out(f.emb.gathered, Phase::BwdEmbedding));
             }
-            p.then(st.emb.bwd.in_phase(Phase::BwdEmbedding));
+            p.stretch(
+                st.src(Which::Emb, false),
+                st.emb.bwd.in_phase(Phase::BwdEmbedding),
+            );
         }
         if sync {
             let (unit, ug) = if f.titan {
@@ -1341,23 +1664,26 @@ impl<'a> FsdpPart<'a> {
 
 /// A training step under FSDP2 with `micro_batches` micro-batches (gradient accumulation:
 /// each one reduce-scatters; the sharded gradients persist from the first).
-pub(crate) fn fsdp2(st: &Stretches, f: &Fsdp2, micro_batches: u64, opt_temp: f64) -> Program {
+pub(crate) fn fsdp2(
+    st: &Stretches,
+    f: &Fsdp2,
+    micro_batches: u64,
+    opt_temp: f64,
+    record: bool,
+) -> Program {
     let fp = FsdpPart::new(st, st, f, Part::whole(st));
-    let mut p = Program::new();
+    let mut p = Program::recording(record);
     let s = fp.forward(FsdpState::SHARDED, &mut p, true);
     fp.backward(s, true, false, false, &mut p);
-    if micro_batches > 1 {
-        let one = seg_of(|q| {
-            let s = fp.forward(FsdpState::SHARDED, q, false);
-            fp.backward(s, true, true, false, q);
-        });
-        later_micro_batches(&mut p, one, st.kept, micro_batches);
-    }
+    later_micro_batches(&mut p, st.kept, micro_batches, |q| {
+        let s = fp.forward(FsdpState::SHARDED, q, false);
+        fp.backward(s, true, true, false, q);
+    });
     p.point("after backward");
     p.then(Seg::transient(
         Cat::Temporaries,
         opt_temp,
-        at(Phase::OptimizerStep),
+        w(Phase::OptimizerStep, OPTIMIZER),
     ));
     p
 }

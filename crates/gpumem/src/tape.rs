@@ -33,23 +33,21 @@ impl<'e> Meter<'e> {
             trace,
         }
     }
-    /// The browser's wasm never traces (the allocator replay is not in it): the events and
-    /// their names stay out of it.
-    fn record(&mut self, cat: Cat, b: f64, what: &'static str, role: &'static str, id: Local) {
-        if cfg!(target_arch = "wasm32") {
-            return;
-        }
+    fn record(&mut self, cat: Cat, b: f64, tag: Tag) {
         if let Some(t) = self.trace.as_deref_mut() {
             if b != 0.0 {
                 t.push(Event {
                     bytes: b,
                     cat,
                     at: Where {
-                        what,
+                        what: tag.what,
                         ..Where::default()
                     },
-                    role,
-                    id,
+                    role: tag.role,
+                    tensor: tag.tensor,
+                    dtype: tag.dtype,
+                    id: tag.id,
+                    named: tag.named,
                 });
             }
         }
@@ -66,13 +64,16 @@ impl<'e> Meter<'e> {
                 cat: Cat::Temporaries,
                 at: Where::default(),
                 role,
+                tensor: "",
+                dtype: None,
                 id,
+                named: false,
             });
         }
     }
-    fn add(&mut self, cat: Cat, b: f64, what: &'static str, role: &'static str, id: Local) {
+    fn add(&mut self, cat: Cat, b: f64, tag: Tag) {
         self.live.add(cat, b);
-        self.record(cat, b, what, role, id);
+        self.record(cat, b, tag);
     }
     /// `b` bytes already counted as `from` count as `to` from now on (a gradient in flight
     /// that becomes `.grad`): no allocation.
@@ -80,9 +81,9 @@ impl<'e> Meter<'e> {
         self.live.add(from, -b);
         self.live.add(to, b);
     }
-    fn sub(&mut self, cat: Cat, b: f64, what: &'static str, role: &'static str, id: Local) {
+    fn sub(&mut self, cat: Cat, b: f64, tag: Tag) {
         self.live.add(cat, -b);
-        self.record(cat, -b, what, role, id);
+        self.record(cat, -b, tag);
     }
     /// Record the current point as a candidate peak.
     fn mark_now(&mut self, what: &'static str) {
@@ -102,8 +103,9 @@ impl<'e> Meter<'e> {
             for c in Cat::ALL {
                 let b = transient.get(c);
                 if b > 0.0 {
-                    self.record(c, b, what, "workspace", Local::Temp);
-                    self.record(c, -b, what, "workspace", Local::Temp);
+                    let tag = Tag::new(what, "workspace");
+                    self.record(c, b, tag);
+                    self.record(c, -b, tag);
                 }
             }
         }
@@ -117,6 +119,38 @@ impl<'e> Meter<'e> {
                 ..Where::default()
             },
         }
+    }
+}
+
+/// What an allocation or a free is, for a trace: the op running, the tensor's role, and
+/// the tensor itself (the op that made it, its dtype, its identity for the allocator model)
+/// when it is one.
+#[derive(Clone, Copy)]
+struct Tag {
+    what: &'static str,
+    role: &'static str,
+    tensor: &'static str,
+    dtype: Option<DType>,
+    id: Local,
+    /// The op running named itself (a module: a linear layer), not only its scope.
+    named: bool,
+}
+
+impl Tag {
+    fn new(what: &'static str, role: &'static str) -> Tag {
+        Tag {
+            what,
+            role,
+            tensor: "",
+            dtype: None,
+            id: Local::Temp,
+            named: false,
+        }
+    }
+
+    /// The same, for allocator identity `id`.
+    fn id(self, id: Local) -> Tag {
+        Tag { id, ..self }
     }
 }
 
@@ -176,6 +210,8 @@ impl Ids {
 #[derive(Clone, Debug, Default)]
 struct Op {
     name: &'static str,
+    /// The spec named the op itself (else it takes the module it runs in: [`Tape::scope`]).
+    named: bool,
     inputs: Ids,
     outputs: Ids,
     saved: Ids,
@@ -341,12 +377,30 @@ impl OpExtra {
     };
 }
 
+/// A tensor autograd keeps for a stretch's backward ([`Tape::saved`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SavedTensor {
+    /// The op that made it ("input" for the stretch's input).
+    pub made_by: &'static str,
+    /// The ops that save it.
+    pub saved_by: Vec<&'static str>,
+    pub bytes: f64,
+    pub dtype: DType,
+    pub cat: Cat,
+    /// It is the stretch's input (made before the stretch).
+    pub input: bool,
+    order: usize,
+}
+
 #[derive(Default, Debug, Clone)]
 pub struct Tape {
     tensors: Vec<Tensor>,
     storages: Vec<Storage>,
     ops: Vec<Op>,
     output: Option<Tid>,
+    /// The name ops take when their spec gives none: the module being recorded
+    /// (`"input_layernorm"`, `"mlp.act_fn"`), for the timeline's labels.
+    scope: &'static str,
 }
 
 impl Tape {
@@ -441,10 +495,26 @@ impl Tape {
         self.tensors[t].bytes
     }
 
+    /// The category tensor `t`'s storage counts in.
+    pub fn cat(&self, t: Tid) -> Cat {
+        self.storages[self.tensors[t].storage].cat
+    }
+
+    /// Name the ops recorded from now on that name themselves nothing (the module they are
+    /// part of); returns the previous scope.
+    pub fn scope(&mut self, name: &'static str) -> &'static str {
+        std::mem::replace(&mut self.scope, name)
+    }
+
     /// Record an op producing one new tensor.
     pub fn op(&mut self, spec: OpSpec<'_>) -> Tid {
         let rg = spec.weights_rg || spec.inputs.iter().any(|&t| self.tensors[t].rg);
-        let out = self.new_storage(spec.out_bytes, rg, false, spec.cat, spec.name);
+        let name = if spec.name.is_empty() {
+            self.scope
+        } else {
+            spec.name
+        };
+        let out = self.new_storage(spec.out_bytes, rg, false, spec.cat, name);
         // An op saves only what some grad needs: nothing when nothing requires grad.
         let mut saved = if rg {
             Ids::from(spec.saved)
@@ -453,14 +523,15 @@ impl Tape {
         };
         let mut outputs = Ids::from(&[out]);
         if spec.extra.aux_out > 0.0 {
-            let aux = self.new_storage(spec.extra.aux_out, false, false, spec.cat, spec.name);
+            let aux = self.new_storage(spec.extra.aux_out, false, false, spec.cat, name);
             outputs.push(aux);
             if rg {
                 saved.push(aux);
             }
         }
         self.ops.push(Op {
-            name: spec.name,
+            name,
+            named: !spec.name.is_empty(),
             inputs: Ids::from(spec.inputs),
             outputs,
             saved,
@@ -536,6 +607,24 @@ impl Tape {
         }
     }
 
+    /// A trace tag for storage `s` (its maker and dtype) while `what` runs.
+    fn tag(&self, s: usize, what: &'static str, role: &'static str) -> Tag {
+        let st = &self.storages[s];
+        Tag {
+            what,
+            role,
+            tensor: st.name,
+            dtype: Some(st.dtype),
+            id: Local::Storage(s as u32),
+            named: false,
+        }
+    }
+
+    /// A trace tag for tensor `t`'s storage.
+    fn tag_of(&self, t: Tid, what: &'static str, role: &'static str) -> Tag {
+        self.tag(self.tensors[t].storage, what, role)
+    }
+
     /// Which storages some op saves.
     fn saved_storages(&self) -> Vec<bool> {
         let mut v = vec![false; self.storages.len()];
@@ -544,6 +633,40 @@ impl Tape {
                 v[self.tensors[t].storage] = true;
             }
         }
+        v
+    }
+
+    /// Every storage some op saves for its backward, in the order they are made: what the
+    /// stretch keeps for autograd (views of one storage counted once).
+    pub fn saved(&self) -> Vec<SavedTensor> {
+        let mut v: Vec<SavedTensor> = Vec::new();
+        let mut at: Vec<Option<usize>> = vec![None; self.storages.len()];
+        for o in &self.ops {
+            for &t in o.saved.iter() {
+                let s = self.tensors[t].storage;
+                let st = &self.storages[s];
+                match at[s] {
+                    Some(i) => {
+                        if !v[i].saved_by.contains(&o.name) {
+                            v[i].saved_by.push(o.name);
+                        }
+                    }
+                    None => {
+                        at[s] = Some(v.len());
+                        v.push(SavedTensor {
+                            made_by: st.name,
+                            saved_by: vec![o.name],
+                            bytes: st.bytes,
+                            dtype: st.dtype,
+                            cat: st.cat,
+                            input: st.external,
+                            order: s,
+                        });
+                    }
+                }
+            }
+        }
+        crate::order::sort_by(&mut v, |a, b| a.order.cmp(&b.order));
         v
     }
 
@@ -602,7 +725,10 @@ impl Tape {
                     ..Where::default()
                 },
                 role: "",
+                tensor: "",
+                dtype: None,
                 id: Local::Temp,
+                named: false,
             });
         }
         let grad_out = if self.tensors[out].rg {
@@ -628,16 +754,18 @@ impl Tape {
                     }
                 }
                 if alive[out_storage] && !self.storages[out_storage].kept {
-                    let b = self.storages[out_storage].bytes;
-                    m.sub(out_cat, b, out_name, "", Local::Storage(out_storage as u32));
+                    m.sub(
+                        out_cat,
+                        self.storages[out_storage].bytes,
+                        self.tag(out_storage, out_name, "output"),
+                    );
                     alive[out_storage] = false;
                 }
                 m.add(
                     Cat::Temporaries,
                     grad_out,
-                    out_name,
-                    "grad of output",
-                    Local::Grad(0),
+                    self.tag(out_storage, out_name, "grad of output")
+                        .id(Local::Grad(0)),
                 );
                 start = m.live;
                 m.trace = trace;
@@ -650,9 +778,8 @@ impl Tape {
                 m.add(
                     Cat::Temporaries,
                     grad_out,
-                    out_name,
-                    "grad of output",
-                    Local::Grad(0),
+                    self.tag(out_storage, out_name, "grad of output")
+                        .id(Local::Grad(0)),
                 );
                 start = m.live;
                 m.trace = trace;
@@ -667,8 +794,11 @@ impl Tape {
                 m.live = base.plus(m.live);
                 alive = a;
                 if alive[out_storage] && !self.storages[out_storage].kept {
-                    let b = self.storages[out_storage].bytes;
-                    m.sub(out_cat, b, out_name, "", Local::Storage(out_storage as u32));
+                    m.sub(
+                        out_cat,
+                        self.storages[out_storage].bytes,
+                        self.tag(out_storage, out_name, "output"),
+                    );
                     alive[out_storage] = false;
                 }
             }
@@ -689,9 +819,7 @@ impl Tape {
                     m.sub(
                         st.cat,
                         st.bytes,
-                        "checkpoint",
-                        "input held by the checkpoint",
-                        Local::Storage(s as u32),
+                        self.tag(s, "checkpoint", "input held by the checkpoint"),
                     );
                 }
             }
@@ -755,9 +883,10 @@ impl Tape {
                     m.add(
                         self.storages[s].cat,
                         self.storages[s].bytes,
-                        op.name,
-                        role(s),
-                        Local::Storage(s as u32),
+                        Tag {
+                            named: op.named,
+                            ..self.tag(s, op.name, role(s))
+                        },
                     );
                 }
             }
@@ -774,9 +903,7 @@ impl Tape {
                     m.sub(
                         self.storages[s].cat,
                         self.storages[s].bytes,
-                        self.storages[s].name,
-                        role(s),
-                        Local::Storage(s as u32),
+                        self.tag(s, op.name, role(s)),
                     );
                 }
             }
@@ -787,13 +914,15 @@ impl Tape {
                 m.sub(
                     st.cat,
                     st.bytes,
-                    st.name,
-                    if st.local {
-                        "model local"
-                    } else {
-                        "held input"
-                    },
-                    Local::Storage(s as u32),
+                    self.tag(
+                        s,
+                        "end of forward",
+                        if st.local {
+                            "model local"
+                        } else {
+                            "held input"
+                        },
+                    ),
                 );
             }
         }
@@ -834,8 +963,7 @@ impl Tape {
             bytes: f64,
             cat: Cat,
             view: bool,
-            what: &'static str,
-            role: &'static str,
+            tag: Tag,
         ) -> usize {
             gbuf.push(GBuf {
                 bytes,
@@ -844,7 +972,7 @@ impl Tape {
                 view,
             });
             let g = gbuf.len() - 1;
-            m.add(cat, bytes, what, role, Local::Grad(g as u32));
+            m.add(cat, bytes, tag.id(Local::Grad(g as u32)));
             g
         }
         let nt = self.tensors.len();
@@ -884,7 +1012,7 @@ impl Tape {
                 let mut temp = op.bwd_temp;
                 // A buffer of the backward's own (a temporary, a tied weight's gradient).
                 let own = |gbuf: &mut Vec<GBuf>, m: &mut Meter<'_>, b: f64, role| {
-                    buf(gbuf, m, b, Cat::Temporaries, false, op.name, role)
+                    buf(gbuf, m, b, Cat::Temporaries, false, Tag::new(op.name, role))
                 };
                 let mut pre = [usize::MAX; 2];
                 for (k, &b) in op.bwd_pre.iter().enumerate() {
@@ -893,23 +1021,18 @@ impl Tape {
                     }
                 }
                 let params_now = op.param_last <= 0.0;
+                let param_tag = Tag {
+                    tensor: op.name,
+                    ..Tag::new(op.name, "parameter gradient")
+                }
+                .id(Local::ParamGrad(i as u32));
                 // A tied head's gradient waits in autograd's buffer for the embedding's (not
                 // yet `.grad`: counted as a temporary).
                 match grads {
-                    _ if op.tied_head && params_now => m.add(
-                        Cat::Temporaries,
-                        op.param_grads,
-                        op.name,
-                        "parameter gradient",
-                        Local::ParamGrad(i as u32),
-                    ),
-                    Grads::New if params_now => m.add(
-                        Cat::Gradients,
-                        op.param_grads,
-                        op.name,
-                        "parameter gradient",
-                        Local::ParamGrad(i as u32),
-                    ),
+                    _ if op.tied_head && params_now => {
+                        m.add(Cat::Temporaries, op.param_grads, param_tag)
+                    }
+                    Grads::New if params_now => m.add(Cat::Gradients, op.param_grads, param_tag),
                     Grads::New => {}
                     Grads::Accumulate | Grads::IntoBuffer => {
                         if params_now {
@@ -934,8 +1057,7 @@ impl Tape {
                                 b,
                                 grad_cat(t),
                                 op.grad_view,
-                                op.name,
-                                "grad of input",
+                                self.tag_of(t, op.name, "grad of input"),
                             );
                             pending[npending] = (t, g);
                             npending += 1;
@@ -960,8 +1082,7 @@ impl Tape {
                                 b,
                                 grad_cat(t),
                                 false,
-                                op.name,
-                                "grad of input",
+                                self.tag_of(t, op.name, "grad of input"),
                             );
                             grad_of[t] = Some(g);
                         }
@@ -978,9 +1099,7 @@ impl Tape {
                                     m.sub(
                                         self.storages[s].cat,
                                         self.storages[s].bytes,
-                                        op.name,
-                                        "saved for backward",
-                                        Local::Storage(s as u32),
+                                        self.tag(s, op.name, "saved for backward"),
                                     );
                                     buf(
                                         &mut gbuf,
@@ -988,8 +1107,7 @@ impl Tape {
                                         self.storages[s].bytes,
                                         grad_cat(t),
                                         false,
-                                        op.name,
-                                        "grad of input",
+                                        self.tag_of(t, op.name, "grad of input"),
                                     );
                                 }
                                 _ => {
@@ -999,8 +1117,7 @@ impl Tape {
                                         b,
                                         grad_cat(t),
                                         op.grad_view,
-                                        op.name,
-                                        "grad of input",
+                                        self.tag_of(t, op.name, "grad of input"),
                                     );
                                 }
                             }
@@ -1012,22 +1129,14 @@ impl Tape {
                     // The product, reduced to the parameter's gradient.
                     let p = own(&mut gbuf, m, op.param_last, "temporary");
                     match grads {
-                        Grads::New => m.add(
-                            Cat::Gradients,
-                            op.param_grads,
-                            op.name,
-                            "parameter gradient",
-                            Local::ParamGrad(i as u32),
-                        ),
+                        Grads::New => m.add(Cat::Gradients, op.param_grads, param_tag),
                         _ => temp += op.param_grads,
                     }
                     m.mark_now(op.name);
                     m.sub(
                         Cat::Temporaries,
                         op.param_last,
-                        op.name,
-                        "temporary",
-                        Local::Grad(p as u32),
+                        Tag::new(op.name, "temporary").id(Local::Grad(p as u32)),
                     );
                 }
                 if temp > 0.0 {
@@ -1049,9 +1158,7 @@ impl Tape {
                         m.sub(
                             Cat::Temporaries,
                             gbuf[g].bytes,
-                            op.name,
-                            "temporary",
-                            Local::Grad(g as u32),
+                            Tag::new(op.name, "temporary").id(Local::Grad(g as u32)),
                         );
                     }
                 }
@@ -1059,8 +1166,12 @@ impl Tape {
                     if let Some(g) = grad_of[t].take() {
                         gbuf[g].refs -= 1;
                         if gbuf[g].refs == 0 {
-                            let id = Local::Grad(g as u32);
-                            m.sub(gbuf[g].cat, gbuf[g].bytes, op.name, "grad of output", id);
+                            m.sub(
+                                gbuf[g].cat,
+                                gbuf[g].bytes,
+                                self.tag_of(t, op.name, "grad of output")
+                                    .id(Local::Grad(g as u32)),
+                            );
                         }
                     }
                 }
@@ -1075,9 +1186,7 @@ impl Tape {
                     m.sub(
                         self.storages[s].cat,
                         self.storages[s].bytes,
-                        self.storages[s].name,
-                        "saved for backward",
-                        Local::Storage(s as u32),
+                        self.tag(s, op.name, "saved for backward"),
                     );
                 }
             }
@@ -1091,11 +1200,15 @@ impl Tape {
                 let tmp = Cat::Temporaries;
                 let earlier = |m: &mut Meter<'_>| {
                     let id = Local::ParamGrad(i as u32);
-                    m.sub(tmp, tg, op.name, "tied weight's earlier gradient", id)
+                    m.sub(
+                        tmp,
+                        tg,
+                        Tag::new(op.name, "tied weight's earlier gradient").id(id),
+                    )
                 };
                 let new = |m: &mut Meter<'_>| {
                     let id = Local::Grad(g as u32);
-                    m.sub(tmp, tg, op.name, "tied weight's gradient", id)
+                    m.sub(tmp, tg, Tag::new(op.name, "tied weight's gradient").id(id))
                 };
                 if op.tied_in_place {
                     m.mark_now(op.name);
@@ -1108,17 +1221,32 @@ impl Tape {
                 } else {
                     let sum = if new_grad {
                         let id = Local::ParamGrad(i as u32);
-                        m.add(tmp, tg, op.name, "parameter gradient", id);
+                        let tag = Tag {
+                            tensor: op.name,
+                            ..Tag::new(op.name, "parameter gradient")
+                        };
+                        m.add(tmp, tg, tag.id(id));
                         None
                     } else {
-                        Some(buf(&mut gbuf, m, tg, tmp, false, op.name, "temporary"))
+                        Some(buf(
+                            &mut gbuf,
+                            m,
+                            tg,
+                            tmp,
+                            false,
+                            Tag::new(op.name, "temporary"),
+                        ))
                     };
                     m.mark_now(op.name);
                     earlier(m);
                     new(m);
                     match sum {
                         None => m.recat(tmp, Cat::Gradients, tg),
-                        Some(s) => m.sub(tmp, tg, op.name, "temporary", Local::Grad(s as u32)),
+                        Some(s) => m.sub(
+                            tmp,
+                            tg,
+                            Tag::new(op.name, "temporary").id(Local::Grad(s as u32)),
+                        ),
                     }
                 }
             }
@@ -1126,16 +1254,25 @@ impl Tape {
                 let Some(g) = grad_of[t] else { continue };
                 if gbuf[g].view || gbuf[g].refs > 1 {
                     let (b, c) = (gbuf[g].bytes, gbuf[g].cat);
-                    let sum = buf(&mut gbuf, m, b, c, false, op.name, "grad of input");
+                    let sum = buf(
+                        &mut gbuf,
+                        m,
+                        b,
+                        c,
+                        false,
+                        self.tag_of(t, op.name, "grad of input"),
+                    );
                     m.mark_now(op.name);
                     grad_of[t] = Some(sum);
                     gbuf[g].refs -= 1;
                     if gbuf[g].refs == 0 {
-                        m.sub(c, b, op.name, "summed gradient", Local::Grad(g as u32));
+                        let tag = self.tag_of(t, op.name, "summed gradient");
+                        m.sub(c, b, tag.id(Local::Grad(g as u32)));
                     }
                 }
                 let (b, c) = (gbuf[n].bytes, gbuf[n].cat);
-                m.sub(c, b, op.name, "summed gradient", Local::Grad(n as u32));
+                let tag = self.tag_of(t, op.name, "summed gradient");
+                m.sub(c, b, tag.id(Local::Grad(n as u32)));
             }
         }
         grad_of

@@ -7,7 +7,7 @@
 //! `FILE:LINE`.
 //!
 //! [`preprocess`] turns each directive into its widget's pre-rendered HTML (Yew SSR, the same
-//! components the browser hydrates); [`GpumemPreprocessor`] binds that to mdBook, in-process
+//! components the browser renders again, live); [`GpumemPreprocessor`] binds that to mdBook, in-process
 //! (the site builder) or as the `mdbook-gpumem` command.
 
 use std::fmt;
@@ -33,6 +33,10 @@ pub const WIDGETS: &[&str] = &[
     "value",
     "formula",
     "validation",
+    "diff",
+    "exercise",
+    "ledger",
+    "remedies",
     "segments",
 ];
 
@@ -56,6 +60,9 @@ fn widget_attrs(widget: &str) -> &'static [&'static str] {
         "breakdown" => &["levers"],
         "value" => &["format"],
         "validation" => &["data"],
+        "diff" => &["with"],
+        "exercise" => &["ask", "with", "format", "tolerance", "question", "solution"],
+        "ledger" => &["of"],
         _ => &[],
     }
 }
@@ -313,6 +320,7 @@ fn parse_body(body: &str, line: usize, span: Range<usize>) -> Result<Directive, 
         )));
     }
     check_widget_attrs(widget, &attrs).map_err(err)?;
+    check_exercise(widget, &attrs).map_err(err)?;
     let scenario = scenario_of(&attrs).map_err(err)?;
     Ok(Directive {
         widget: widget.clone(),
@@ -335,6 +343,7 @@ fn allowed_values(key: &str) -> Option<&'static [&'static str]> {
         "scope" => &["page", "local"],
         "axis" => &["seq", "batch", "gpus"],
         "scale" => &["linear", "log"],
+        "of" => &["layer", "loss"],
         "format" => &[
             "gib",
             "gb",
@@ -389,6 +398,73 @@ fn check_widget_attrs(widget: &str, attrs: &[(String, String)]) -> Result<(), St
                 }
             }
             _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// What an exercise or a diff needs: a question and something to ask, changes that name
+/// knobs the engine accepts, a tolerance that is a number, solution steps that are quantities.
+fn check_exercise(widget: &str, attrs: &[(String, String)]) -> Result<(), String> {
+    let get = |k: &str| attrs.iter().find(|(a, _)| a == k).map(|(_, v)| v.as_str());
+    if let Some(with) = get("with") {
+        let own = gpumem_widgets::Knobs(
+            attrs
+                .iter()
+                .filter(|(k, _)| knobs::KNOBS.contains(&k.as_str()))
+                .cloned()
+                .collect(),
+        );
+        let changed = own
+            .with_changes(with)
+            .map_err(|e| format!("{widget}: with: {e}"))?;
+        changed
+            .scenario()
+            .map_err(|e| format!("{widget}: with: {e}"))?;
+    }
+    if widget != "exercise" {
+        return Ok(());
+    }
+    const SPECIAL: &[&str] = &["max-seq", "saving", "logits-fp32"];
+    let ask = get("ask").ok_or("exercise: needs ask= (what the engine computes)")?;
+    if !QUANTITIES.contains(&ask) && !SPECIAL.contains(&ask) {
+        return Err(format!(
+            "exercise: ask must be one of {}, {}; got '{}'",
+            QUANTITIES.join(", "),
+            SPECIAL.join(", "),
+            shown(ask)
+        ));
+    }
+    if ask == "saving" && get("with").is_none() {
+        return Err("exercise: ask=saving needs with= (the change whose saving is asked)".into());
+    }
+    if get("question").is_none_or(|q| q.trim().is_empty()) {
+        return Err("exercise: needs question=\"…\"".into());
+    }
+    if let Some(t) = get("tolerance") {
+        let x = knobs::number("tolerance", t.trim_end_matches('%')).map_err(|e| e.to_string())?;
+        if !(0.0..=50.0).contains(&x) {
+            return Err(format!(
+                "exercise: tolerance must be 0 to 50 %, got {}",
+                shown(t)
+            ));
+        }
+    }
+    if let Some(f) = get("format") {
+        if f != "per-param" {
+            return Err(format!(
+                "exercise: format may only be per-param, got '{}'",
+                shown(f)
+            ));
+        }
+    }
+    if let Some(sol) = get("solution") {
+        if let Some(bad) = sol
+            .split(',')
+            .map(str::trim)
+            .find(|q| !QUANTITIES.contains(q))
+        {
+            return Err(format!("exercise: unknown solution step '{}'", shown(bad)));
         }
     }
     Ok(())

@@ -445,7 +445,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_directive_becomes_a_hydratable_host_with_the_numbers() {
+    fn a_directive_becomes_a_host_with_the_numbers() {
         let src = "# Budget\n\nText.\n\n{{#gpumem allocator preset=llama3.2-1b batch=2 seq=1k}}\n\nMore.\n";
         let out = preprocess("book/x.md", src).unwrap();
         assert!(

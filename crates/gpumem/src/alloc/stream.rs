@@ -131,11 +131,7 @@ impl Script {
             if kind == Kind::Alloc && id == sc.output && bwd.is_none() && sc.out_bytes == 0 {
                 sc.out_bytes = bytes;
             }
-            if kind == Kind::Alloc
-                && bwd.is_none()
-                && sc.first_matmul.is_none()
-                && !e.at.what.is_empty()
-            {
+            if kind == Kind::Alloc && bwd.is_none() && sc.first_matmul.is_none() && e.named {
                 sc.first_matmul = Some(sc.ev.len());
             }
             if matches!(kind, Kind::Alloc | Kind::ParamGrad)
@@ -795,7 +791,7 @@ pub fn events(s: &crate::Scenario) -> Option<(Outcome, Vec<String>)> {
     } else {
         crate::tape::Mode::Normal
     };
-    let st = crate::step::Stretches::traced(&ctx, mode, crate::tape::Grads::New);
+    let st = crate::step::Stretches::scripted(&ctx, mode, crate::tape::Grads::New);
     replay_train_logged(s, arch, &st, st.embeds_held, true)
 }
 
@@ -934,7 +930,7 @@ pub fn segments_at_peak(s: &crate::Scenario) -> Option<Vec<super::Segment>> {
     } else {
         crate::tape::Mode::Normal
     };
-    let st = crate::step::Stretches::traced(&ctx, mode, crate::tape::Grads::New);
+    let st = crate::step::Stretches::scripted(&ctx, mode, crate::tape::Grads::New);
     let (seq, plan, _, _) = prepare(s, arch, &st, st.embeds_held)?;
     let mut first = Runner::new(config(s));
     run_one(&mut first, &seq, &plan);
@@ -968,7 +964,7 @@ pub fn replay_process(runs: &[crate::Scenario]) -> Vec<Option<Outcome>> {
         } else {
             crate::tape::Mode::Normal
         };
-        let st = crate::step::Stretches::traced(&ctx, mode, crate::tape::Grads::New);
+        let st = crate::step::Stretches::scripted(&ctx, mode, crate::tape::Grads::New);
         let Some((seq, plan, keep, total)) = prepare(s, arch, &st, st.embeds_held) else {
             out.push(None);
             continue;
