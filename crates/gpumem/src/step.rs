@@ -82,18 +82,18 @@ impl Stretches {
     /// Replay each stretch once. `grads` says what becomes of the parameter gradients the
     /// backward computes.
     pub(crate) fn new(ctx: &Ctx<'_>, mode: tape::Mode, grads: Grads) -> Stretches {
-        Self::build::<false, false>(ctx, mode, grads)
+        Self::build::<false>(ctx, mode, grads, false)
     }
 
     /// As [`Stretches::new`], keeping every stretch's events for the op-level timeline.
     pub(crate) fn traced(ctx: &Ctx<'_>, mode: tape::Mode, grads: Grads) -> Stretches {
-        Self::build::<true, false>(ctx, mode, grads)
+        Self::build::<false>(ctx, mode, grads, true)
     }
 
     /// As [`Stretches::new`], keeping each stretch's events as a script for the allocator
     /// model.
     pub(crate) fn scripted(ctx: &Ctx<'_>, mode: tape::Mode, grads: Grads) -> Stretches {
-        Self::build::<false, true>(ctx, mode, grads)
+        Self::build::<true>(ctx, mode, grads, false)
     }
 
     /// Scale the parameter gradients the backwards leave by `f` (ZeRO-2/3: only this
@@ -119,13 +119,14 @@ impl Stretches {
         }
     }
 
-    /// `TRACE` (the timeline's events) and `SCRIPTS` (the allocator model's) are constants so
-    /// that a build that never asks for one carries no code for it (the widgets' wasm makes
-    /// no scripts).
-    fn build<const TRACE: bool, const SCRIPTS: bool>(
+    /// `trace`: keep the timeline's events. `SCRIPTS` (the allocator model's) is a constant
+    /// so that a build that never asks for scripts carries no code for them (the widgets'
+    /// wasm makes none); tracing is not, so that the wasm carries one copy of this.
+    fn build<const SCRIPTS: bool>(
         ctx: &Ctx<'_>,
         mode: tape::Mode,
         grads: Grads,
+        trace: bool,
     ) -> Stretches {
         use crate::alloc::stream::Script;
         let a = ctx.arch;
@@ -133,7 +134,7 @@ impl Stretches {
         let traces = std::cell::RefCell::new(Vec::<Trace>::new());
         let scripts = std::cell::RefCell::new(Vec::<Script>::new());
         let run = |b: &Builder<'_, '_>, m: tape::Mode| {
-            if !TRACE && !SCRIPTS {
+            if !trace && !SCRIPTS {
                 return b.tape.replay(m, grads, None);
             }
             let mut ev = Vec::new();
@@ -141,7 +142,7 @@ impl Stretches {
             if SCRIPTS {
                 scripts.borrow_mut().push(Script::new(&ev));
             }
-            if TRACE {
+            if trace {
                 // What the timeline draws: the events that move memory (the allocator
                 // model's zero-byte markers left out), split where the backward starts.
                 let split = ev
@@ -157,7 +158,7 @@ impl Stretches {
         };
         // The traces in the order the stretches are replayed: embedding, layers, head, loss.
         let collect = |n_layers: usize| -> Option<Box<Traces>> {
-            if !TRACE {
+            if !trace {
                 return None;
             }
             let mut v = std::mem::take(&mut *traces.borrow_mut()).into_iter();
