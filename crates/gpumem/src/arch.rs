@@ -786,8 +786,24 @@ impl Architecture {
         }
     }
 
+    /// Every layer is of one kind (no pattern tells layers apart): the common case, answered
+    /// without walking the layers (the planner asks for the runs of every stage of every
+    /// layout).
+    fn uniform(&self) -> bool {
+        self.layer_types.len() <= 1
+            && self.nope.len() <= 1
+            && self.moe.as_ref().is_none_or(|m| {
+                m.first_dense_layers == 0 && m.pattern.len() <= 1 && m.dense_layers.is_empty()
+            })
+    }
+
     /// The distinct kinds of decoder layer, in the order they first appear.
     pub fn kinds(&self) -> Vec<LayerKind> {
+        if self.uniform() {
+            return (0..self.layers.min(1))
+                .map(|l| self.layer_kind(l))
+                .collect();
+        }
         let mut v: Vec<LayerKind> = Vec::new();
         for l in 0..self.layers {
             let k = self.layer_kind(l);
@@ -801,9 +817,13 @@ impl Architecture {
     /// Runs of consecutive layers of one kind over layers `lo..hi`, in order: (index into
     /// [`kinds`](Self::kinds), how many).
     pub fn runs(&self, lo: u64, hi: u64) -> Vec<(usize, u64)> {
+        let hi = hi.min(self.layers);
+        if self.uniform() {
+            return if lo < hi { vec![(0, hi - lo)] } else { vec![] };
+        }
         let kinds = self.kinds();
         let mut v: Vec<(usize, u64)> = Vec::new();
-        for l in lo..hi.min(self.layers) {
+        for l in lo..hi {
             let k = self.layer_kind(l);
             let i = kinds.iter().position(|&x| x == k).unwrap_or(0);
             match v.last_mut() {
@@ -1019,6 +1039,36 @@ impl Architecture {
 #[cfg(test)]
 mod tests {
     use crate::presets;
+
+    /// The shortcut for models whose layers are all of one kind gives what walking the
+    /// layers gives, for every preset (uniform and patterned alike) and every range.
+    #[test]
+    fn kinds_and_runs_match_the_walk_over_the_layers() {
+        use super::LayerKind;
+        for p in presets::all() {
+            let a = &p.arch;
+            let mut kinds: Vec<LayerKind> = Vec::new();
+            for l in 0..a.layers {
+                let k = a.layer_kind(l);
+                if !kinds.contains(&k) {
+                    kinds.push(k);
+                }
+            }
+            assert_eq!(a.kinds(), kinds, "{}", p.name);
+            let n = a.layers;
+            for (lo, hi) in [(0, n), (1, n), (0, n / 2), (n / 3, n + 5), (n, n), (3, 2)] {
+                let mut runs: Vec<(usize, u64)> = Vec::new();
+                for l in lo..hi.min(n) {
+                    let i = kinds.iter().position(|&k| k == a.layer_kind(l)).unwrap();
+                    match runs.last_mut() {
+                        Some((j, c)) if *j == i => *c += 1,
+                        _ => runs.push((i, 1)),
+                    }
+                }
+                assert_eq!(a.runs(lo, hi), runs, "{} {lo}..{hi}", p.name);
+            }
+        }
+    }
 
     /// Published and measured parameter counts (`sum(p.numel())` on the Hugging Face models).
     #[test]

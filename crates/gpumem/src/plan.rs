@@ -439,13 +439,21 @@ pub fn plan(req: &Request) -> Plan {
         unreachable!("checked by Request::from_value")
     };
     let spec = gpu::find(&s.gpu_name).unwrap_or_else(|| gpu::find("H100-80GB").expect("H100"));
+    let base = unvaried(s);
+    let prepared = PREPARED
+        .with(|c| {
+            let mut c = c.borrow_mut();
+            let i = c.iter().position(|(k, _)| *k == base)?;
+            Some(c.remove(i).1)
+        })
+        .unwrap_or_default();
     let mut sweep = Sweep {
         s,
         a,
         req,
         spec,
         scratch: s.clone(),
-        prepared: Vec::new(),
+        prepared,
         found: Vec::new(),
         pc: a.params(),
     };
@@ -505,6 +513,17 @@ pub fn plan(req: &Request) -> Plan {
             best: best_of(before, before + fit as usize).and_then(|i| confirm(&sweep.found[i])),
         })
         .collect();
+    let mut prepared = std::mem::take(&mut sweep.prepared);
+    if prepared.len() > MAX_PREPARED {
+        prepared.drain(..prepared.len() - MAX_PREPARED);
+    }
+    PREPARED.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.len() >= PLANS_KEPT {
+            c.remove(0);
+        }
+        c.push((base, prepared));
+    });
     Plan {
         model: name.clone(),
         gpu: s.gpu_name.clone(),
@@ -551,6 +570,46 @@ struct Sweep<'a> {
 }
 
 type PrepKey = (u64, u64, u64, Recompute, bool, bool, bool);
+
+/// Scenarios whose replayed stretches are kept after their plan, and how many stretches
+/// each keeps (the most recently made).
+const PLANS_KEPT: usize = 4;
+const MAX_PREPARED: usize = 4096;
+
+thread_local! {
+    /// The stretches earlier plans replayed, per scenario with what the planner varies taken
+    /// out ([`unvaried`]): a widget re-plans each time the reader moves a knob, and the plans
+    /// of one model, sequence and precision replay the same stretches. Each is a pure
+    /// function of its scenario and key, so a kept one is what a new replay would give.
+    static PREPARED: std::cell::RefCell<Vec<(Scenario, Vec<(PrepKey, crate::estimate::Prepared)>)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// `s` with what the sweep sets on each layout (the mesh, the ZeRO stage, offload, the
+/// micro-batch, its number, the schedule and recomputation) reset: the stretches of two
+/// plans with the same such scenario are the same for the same key.
+fn unvaried(s: &Scenario) -> Scenario {
+    let d = Parallel::default();
+    Scenario {
+        batch: 1,
+        recompute: Recompute::None,
+        parallel: Parallel {
+            dp: d.dp,
+            tp: d.tp,
+            pp: d.pp,
+            cp: d.cp,
+            ep: d.ep,
+            zero: d.zero,
+            shard_group: d.shard_group,
+            offload_optimizer: d.offload_optimizer,
+            offload_params: d.offload_params,
+            grad_accum: d.grad_accum,
+            schedule: d.schedule,
+            ..s.parallel
+        },
+        ..s.clone()
+    }
+}
 
 impl Sweep<'_> {
     /// Every layout on `g` GPUs; returns how many were considered.

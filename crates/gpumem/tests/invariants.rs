@@ -354,3 +354,33 @@ fn megatron_long_pipelines_keep_their_temporaries_non_negative() {
         }
     }
 }
+
+/// The planner keeps the stretches it replayed for the next plan of the same model (a widget
+/// re-plans each time the reader moves a knob): a plan made after others gives what a plan
+/// made afresh gives (on a new thread, where nothing is kept).
+#[test]
+fn plans_made_after_others_equal_fresh_plans() {
+    let requests = [
+        json!({"model": "llama3.1-70b", "seq": 8192, "global_batch": 16, "gpus": 64,
+               "precision": "mixed-bf16", "parallel": {"framework": "megatron", "zero": 1}}),
+        json!({"model": "llama3.1-70b", "seq": 8192, "global_batch": 32, "gpus": 64,
+               "precision": "mixed-bf16", "parallel": {"framework": "megatron", "zero": 1}}),
+        json!({"model": "llama3.1-70b", "seq": 8192, "global_batch": 8, "gpus": "32,64",
+               "precision": "mixed-bf16", "parallel": {"framework": "megatron", "zero": 1}}),
+        json!({"model": "llama3.1-70b", "seq": 4096, "global_batch": 16, "gpus": 64,
+               "precision": "mixed-bf16", "parallel": {"framework": "megatron", "zero": 1}}),
+        json!({"model": "llama3.1-8b", "seq": 4096, "global_batch": 64, "gpus": "1..16",
+               "precision": "mixed-bf16", "top": 20}),
+        json!({"model": "llama3.1-8b", "seq": 4096, "global_batch": 32, "gpus": 8,
+               "precision": "mixed-bf16", "top": 20, "recompute": "full"}),
+        json!({"model": "qwen2.5-7b", "seq": 2048, "global_batch": 32, "gpus": 8,
+               "precision": "bf16", "top": 20}),
+    ];
+    for v in requests.iter().chain(requests.iter().rev()) {
+        let req = plan::Request::from_value(v).unwrap();
+        let after_others = plan::plan(&req);
+        let fresh = std::thread::spawn(move || plan::plan(&req)).join().unwrap();
+        assert_eq!(after_others, fresh, "{v}");
+        assert!(!fresh.best.is_empty(), "{v}");
+    }
+}
