@@ -175,7 +175,11 @@ impl FreeSet {
     }
     fn remove_at(&mut self, p: Pos) {
         let v = &mut self.buckets[p.0];
-        v.remove(p.1);
+        if p.1 + 1 == v.len() {
+            v.pop();
+        } else {
+            v.remove(p.1);
+        }
         if v.is_empty() {
             self.used[p.0 / 64] &= !(1 << (p.0 % 64));
         }
@@ -184,8 +188,14 @@ impl FreeSet {
         let c = bucket(b.size);
         let v = &mut self.buckets[c];
         let key = (b.size, b.addr);
-        let i = v.partition_point(|e| (e.0, e.1) < key);
-        v.insert(i, (b.size, b.addr, id));
+        // Most often the block goes last (a new segment's, or the largest of its bucket).
+        match v.last() {
+            Some(e) if (e.0, e.1) > key => {
+                let i = v.partition_point(|e| (e.0, e.1) < key);
+                v.insert(i, (b.size, b.addr, id));
+            }
+            _ => v.push((b.size, b.addr, id)),
+        }
         self.used[c / 64] |= 1 << (c % 64);
     }
     fn remove(&mut self, b: &Block) {
@@ -359,11 +369,17 @@ impl Allocator {
     pub fn malloc(&mut self, bytes: u64) -> Result<u32, Oom> {
         let size = round_size(bytes);
         let small = size <= SMALL_SIZE;
-        let alloc_size = allocation_size(size);
-        let mut found = self.get_free_block(small, size);
-        if found.is_none() {
-            found = self.alloc_block(small, size, alloc_size);
+        if let Some(id) = self.get_free_block(small, size) {
+            return Ok(self.alloc_found_block(id, small, size));
         }
+        self.malloc_new(size, small)
+    }
+
+    /// The rest of `malloc` when no cached block fits: new memory from CUDA, the cache
+    /// released and the request retried when the device is full.
+    fn malloc_new(&mut self, size: u64, small: bool) -> Result<u32, Oom> {
+        let alloc_size = allocation_size(size);
+        let mut found = self.alloc_block(small, size, alloc_size);
         if found.is_none() && self.release_available(small, size) {
             found = self.alloc_block(small, size, alloc_size);
         }
@@ -429,6 +445,10 @@ impl Allocator {
     fn find_free(&self, small: bool, size: u64) -> Option<Pos> {
         let set = &self.pools[Self::pool_of(small)];
         let mut i = set.lower_bound(size)?;
+        if !self.cfg.expandable && self.cfg.max_split == u64::MAX {
+            // The default settings: the best fit, whatever its size.
+            return Some(i);
+        }
         if self.cfg.expandable {
             // The block at a segment's end counts as big as the space it can grow into.
             let grow = |id: u32| -> u64 {
@@ -674,9 +694,14 @@ impl Allocator {
         }
         self.blocks[id as usize].allocated = false;
         self.stats.allocated -= blk.size;
-        self.try_merge(id, blk.prev);
-        let next = self.b(id).next;
-        self.try_merge(id, next);
+        // Only a free neighbour merges (and none does in most frees).
+        let free = |a: &Self, i: u32| i != NIL && !a.b(i).allocated;
+        if free(self, blk.prev) {
+            self.try_merge(id, blk.prev);
+        }
+        if free(self, blk.next) {
+            self.try_merge(id, blk.next);
+        }
         let b = *self.b(id);
         self.pools[Self::pool_of(b.small)].insert(&b, id);
     }
