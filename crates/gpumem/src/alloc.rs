@@ -126,6 +126,7 @@ impl Default for FreeSet {
     }
 }
 
+#[inline(always)]
 fn bucket(size: u64) -> usize {
     if size < 8 {
         return size as usize;
@@ -136,6 +137,7 @@ fn bucket(size: u64) -> usize {
 
 impl FreeSet {
     /// The first non-empty bucket at or above `c`.
+    #[inline(always)]
     fn next_used(&self, c: usize) -> Option<usize> {
         let mut w = c / 64;
         if w >= 8 {
@@ -154,6 +156,7 @@ impl FreeSet {
         }
     }
     /// The smallest block of at least `size` bytes (the lowest address among equals).
+    #[inline(always)]
     fn lower_bound(&self, size: u64) -> Option<Pos> {
         let c = bucket(size);
         let v = &self.buckets[c];
@@ -163,6 +166,7 @@ impl FreeSet {
         }
         self.next_used(c + 1).map(|c| (c, 0))
     }
+    #[inline(always)]
     fn get(&self, p: Pos) -> (u64, u64, u32) {
         self.buckets[p.0][p.1]
     }
@@ -173,6 +177,7 @@ impl FreeSet {
         }
         self.next_used(p.0 + 1).map(|c| (c, 0))
     }
+    #[inline(always)]
     fn remove_at(&mut self, p: Pos) {
         let v = &mut self.buckets[p.0];
         if p.1 + 1 == v.len() {
@@ -184,6 +189,7 @@ impl FreeSet {
             self.used[p.0 / 64] &= !(1 << (p.0 % 64));
         }
     }
+    #[inline(always)]
     fn insert(&mut self, b: &Block, id: u32) {
         let c = bucket(b.size);
         let v = &mut self.buckets[c];
@@ -366,6 +372,7 @@ impl Allocator {
     }
 
     /// Allocate `bytes`; the handle names the block until [`Allocator::free`].
+    #[inline(always)]
     pub fn malloc(&mut self, bytes: u64) -> Result<u32, Oom> {
         let size = round_size(bytes);
         let small = size <= SMALL_SIZE;
@@ -401,6 +408,7 @@ impl Allocator {
     }
 
     /// `alloc_found_block`: split off the front of block `id` when `should_split` says so.
+    #[inline(always)]
     fn alloc_found_block(&mut self, id: u32, small: bool, size: u64) -> u32 {
         let blk = *self.b(id);
         let remaining = blk.size - size;
@@ -442,6 +450,7 @@ impl Allocator {
 
     /// `get_free_block`: the block a request of `size` takes from the cache, if any (left
     /// in the pool).
+    #[inline(always)]
     fn find_free(&self, small: bool, size: u64) -> Option<Pos> {
         let set = &self.pools[Self::pool_of(small)];
         let mut i = set.lower_bound(size)?;
@@ -479,6 +488,7 @@ impl Allocator {
         Some(i)
     }
 
+    #[inline(always)]
     fn get_free_block(&mut self, small: bool, size: u64) -> Option<u32> {
         let i = self.find_free(small, size)?;
         let p = Self::pool_of(small);
@@ -686,6 +696,7 @@ impl Allocator {
     }
 
     /// Free the block `id` (`free` → `free_block`).
+    #[inline(always)]
     pub fn free(&mut self, id: u32) {
         let blk = *self.b(id);
         debug_assert!(blk.allocated);

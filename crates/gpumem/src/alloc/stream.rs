@@ -373,6 +373,7 @@ impl Runner {
         }
     }
 
+    #[inline(always)]
     fn malloc(&mut self, bytes: u64) -> Result<u32, Oom> {
         let before = self.a.reserved();
         let h = self.a.malloc(bytes)?;
@@ -406,6 +407,7 @@ impl Runner {
     }
 
     /// In the measured step, the state at each new high of allocated memory.
+    #[inline(always)]
     fn track(&mut self) {
         self.count += 1;
         if self.last && self.a.peak_allocated() > self.best {
@@ -437,6 +439,7 @@ impl Runner {
         Ok(())
     }
 
+    #[inline(always)]
     fn free(&mut self, h: u32) {
         if h != NIL {
             if !self.logging() {
