@@ -1030,6 +1030,123 @@ mod tests {
         a.free(y);
     }
 
+    /// The rules written the plain way: segments in address order, each a list of blocks
+    /// (bytes, handle when allocated); best fit searched over every block.
+    type Blocks = Vec<(u64, Option<u32>)>;
+
+    struct Plain {
+        max_split: u64,
+        segs: Vec<(bool, Blocks)>,
+        next: u32,
+        stats: Stats,
+    }
+
+    impl Plain {
+        fn malloc(&mut self, bytes: u64) -> u32 {
+            let size = round_size(bytes);
+            let small = size <= SMALL_SIZE;
+            let best = self
+                .segs
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.0 == small)
+                .flat_map(|(i, s)| s.1.iter().enumerate().map(move |(j, b)| (b.0, i, j, b.1)))
+                .filter(|b| b.3.is_none() && b.0 >= size)
+                .min();
+            let ms = self.max_split;
+            let best = best.filter(|b| {
+                !(size < ms && b.0 >= ms || size >= ms && b.0 >= size + MAX_NON_SPLIT_ROUNDING)
+            });
+            let (i, j) = match best {
+                Some(b) => (b.1, b.2),
+                None => {
+                    let a = allocation_size(size);
+                    self.segs.push((small, vec![(a, None)]));
+                    self.stats.reserved += a;
+                    self.stats.segments += 1;
+                    (self.segs.len() - 1, 0)
+                }
+            };
+            let h = self.next;
+            self.next += 1;
+            let blk = self.segs[i].1[j].0;
+            let rest = blk - size;
+            let split = if small {
+                rest >= MIN_BLOCK
+            } else {
+                size < ms && rest > SMALL_SIZE
+            };
+            let taken = if split { size } else { blk };
+            self.segs[i].1[j] = (taken, Some(h));
+            if split {
+                self.segs[i].1.insert(j + 1, (rest, None));
+            }
+            self.stats.allocated += taken;
+            self.stats.peak_allocated = self.stats.peak_allocated.max(self.stats.allocated);
+            self.stats.peak_reserved = self.stats.peak_reserved.max(self.stats.reserved);
+            h
+        }
+
+        fn free(&mut self, h: u32) {
+            for s in &mut self.segs {
+                if let Some(j) = s.1.iter().position(|b| b.1 == Some(h)) {
+                    self.stats.allocated -= s.1[j].0;
+                    s.1[j].1 = None;
+                    // Merge runs of free blocks.
+                    let mut out: Blocks = Vec::new();
+                    for b in s.1.drain(..) {
+                        match out.last_mut() {
+                            Some(l) if l.1.is_none() && b.1.is_none() => l.0 += b.0,
+                            _ => out.push(b),
+                        }
+                    }
+                    s.1 = out;
+                    return;
+                }
+            }
+        }
+
+        fn segments(&self) -> Vec<Segment> {
+            self.segs
+                .iter()
+                .map(|s| Segment {
+                    small: s.0,
+                    blocks: s.1.iter().map(|b| (b.0, b.1.is_some())).collect(),
+                })
+                .collect()
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+        /// The allocator's indexed free set and its shortcuts choose as best fit over every
+        /// block does, with the default settings and with `max_split_size_mb`: the same
+        /// blocks, segments and figures after every request and free.
+        #[test]
+        fn best_fit_as_a_plain_search_makes_it(
+            ops in proptest::collection::vec((0u8..14, 0usize..64, 1u64..(40 << 20)), 1..160),
+            split in proptest::prop_oneof![proptest::strategy::Just(u64::MAX), proptest::strategy::Just(24u64 << 20)],
+        ) {
+            let mut a = Allocator::new(Config { max_split: split, ..Config::default() });
+            let mut p = Plain { max_split: split, segs: Vec::new(), next: 0, stats: Stats::default() };
+            let mut live: Vec<(u32, u32)> = Vec::new();
+            // A few sizes recur (ties are broken by address), the rest are arbitrary.
+            let sizes = [512, 4096, 1 << 20, 2 << 20, 3 << 20, 8 << 20, 12 << 20, 32 << 20];
+            for (op, pick, bytes) in ops {
+                if op < 6 && !live.is_empty() {
+                    let (x, y) = live.swap_remove(pick % live.len());
+                    a.free(x);
+                    p.free(y);
+                } else {
+                    let b = if op < 11 { sizes[pick % sizes.len()] } else { bytes };
+                    live.push((a.malloc(b).unwrap(), p.malloc(b)));
+                }
+                proptest::prop_assert_eq!(a.segments(), p.segments());
+                proptest::prop_assert_eq!(a.stats(), p.stats);
+            }
+        }
+    }
+
     #[test]
     fn expandable_segments_grow_one_segment_by_pages() {
         let mut a = Allocator::new(Config {
