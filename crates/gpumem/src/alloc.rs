@@ -1147,6 +1147,62 @@ mod tests {
         }
     }
 
+    /// The events of whole training runs as the estimate replays them (parameters, three
+    /// steps, every allocation and free): the allocator and the plain search end every
+    /// event with the same figures, and the same segments.
+    #[test]
+    fn real_runs_choose_as_a_plain_search_does() {
+        for (v, split) in [
+            (
+                serde_json::json!({"model": "llama3.2-1b", "batch": 2, "seq": 1024, "precision": "bf16"}),
+                u64::MAX,
+            ),
+            (
+                serde_json::json!({"model": "qwen2.5-0.5b", "batch": 3, "seq": 1024, "precision": "amp-bf16"}),
+                u64::MAX,
+            ),
+            (
+                serde_json::json!({"model": "gpt2", "batch": 4, "seq": 1024, "precision": "fp32", "recompute": "full"}),
+                256 << 20,
+            ),
+        ] {
+            let sc = crate::Scenario::from_value(&v).unwrap();
+            let (_, text) = stream::events(&sc).unwrap();
+            let mut a = Allocator::new(Config {
+                max_split: split,
+                ..Config::default()
+            });
+            let mut p = Plain {
+                max_split: split,
+                segs: Vec::new(),
+                next: 0,
+                stats: Stats::default(),
+            };
+            let mut handles = std::collections::HashMap::new();
+            for (n, line) in text.iter().enumerate() {
+                let w: Vec<&str> = line.split(' ').collect();
+                match w[0] {
+                    "a" => {
+                        let bytes: u64 = w[2].parse().unwrap();
+                        handles.insert(w[1], (a.malloc(bytes).unwrap(), p.malloc(bytes)));
+                    }
+                    "f" => {
+                        let (x, y) = handles.remove(w[1]).unwrap();
+                        a.free(x);
+                        p.free(y);
+                    }
+                    _ => continue,
+                }
+                assert_eq!(a.stats(), p.stats, "{v} event {n}");
+                if n % 64 == 0 {
+                    assert_eq!(a.segments(), p.segments(), "{v} event {n}");
+                }
+            }
+            assert_eq!(a.segments(), p.segments(), "{v}");
+            assert!(text.len() > 5000, "{v}");
+        }
+    }
+
     #[test]
     fn expandable_segments_grow_one_segment_by_pages() {
         let mut a = Allocator::new(Config {
