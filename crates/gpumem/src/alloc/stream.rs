@@ -369,6 +369,7 @@ impl Runner {
         }
     }
 
+    #[inline(always)]
     fn malloc(&mut self, bytes: u64) -> Result<u32, Oom> {
         let before = self.a.reserved();
         let h = self.a.malloc(bytes)?;
@@ -402,6 +403,7 @@ impl Runner {
     }
 
     /// In the measured step, the state at each new high of allocated memory.
+    #[inline(always)]
     fn track(&mut self) {
         self.count += 1;
         if self.last && self.a.peak_allocated() > self.best {
@@ -433,6 +435,7 @@ impl Runner {
         Ok(())
     }
 
+    #[inline(always)]
     fn free(&mut self, h: u32) {
         if h != NIL {
             if !self.logging() {
@@ -703,30 +706,31 @@ pub fn cublas_workspace(gpu: &str) -> u64 {
 
 /// The optimizer's allocations at its first step, per parameter tensor of `n` elements
 /// (`rows × cols`), in the order PyTorch makes them.
-fn states(s: &crate::Scenario, rows: u64, cols: u64, out: &mut Vec<u64>) {
+fn states(s: &crate::Scenario, rows: u64, cols: u64, out: &mut Vec<(u64, usize)>) {
     use crate::precision::Optimizer;
+    let mut push = |b: u64| out.push((b, 0));
     let n = rows * cols;
     let st = s.precision.optimizer.bytes();
     match s.optimizer {
         Optimizer::Sgd => {}
         // `momentum_buffer = torch.clone(grad)`.
-        Optimizer::SgdMomentum => out.push((n as f64 * s.precision.grads.bytes()) as u64),
+        Optimizer::SgdMomentum => push((n as f64 * s.precision.grads.bytes()) as u64),
         // Fused AdamW (`_init_group`): `step` (an fp32 scalar on the device), `exp_avg`,
         // `exp_avg_sq`.
         Optimizer::Adam => {
-            out.push(4);
-            out.push((n as f64 * st) as u64);
-            out.push((n as f64 * st) as u64);
+            push(4);
+            push((n as f64 * st) as u64);
+            push((n as f64 * st) as u64);
         }
         // torch.optim.Adafactor: `step`, then the row and column variances of a matrix or
         // the whole variance of a vector.
         Optimizer::Adafactor => {
-            out.push(4);
+            push(4);
             if cols > 1 {
-                out.push((rows as f64 * st) as u64);
-                out.push((cols as f64 * st) as u64);
+                push((rows as f64 * st) as u64);
+                push((cols as f64 * st) as u64);
             } else {
-                out.push((n as f64 * st) as u64);
+                push((n as f64 * st) as u64);
             }
         }
         // bitsandbytes `Optimizer2State.init_state`: two uint8 states and their fp32
@@ -738,11 +742,14 @@ fn states(s: &crate::Scenario, rows: u64, cols: u64, out: &mut Vec<u64>) {
             if n >= 4096 {
                 let absmax = n.div_ceil(256) * 4;
                 if !paged {
-                    out.extend([n, n]);
+                    push(n);
+                    push(n);
                 }
-                out.extend([absmax, absmax]);
+                push(absmax);
+                push(absmax);
             } else {
-                out.extend([n * 4, n * 4]);
+                push(n * 4);
+                push(n * 4);
             }
         }
     }
@@ -855,9 +862,9 @@ fn prepare<'s>(
     let mut add = |t: &crate::params::PTensor, owner: usize| {
         params.push((t.numel() as f64 * wb).round() as u64);
         owners.push(owner);
-        let mut v = Vec::new();
-        states(s, t.dim0, t.rest, &mut v);
-        states_v.extend(v.into_iter().map(|b| (b, owner)));
+        let from = states_v.len();
+        states(s, t.dim0, t.rest, &mut states_v);
+        states_v[from..].iter_mut().for_each(|x| x.1 = owner);
     };
     crate::params::embedding(a).iter().for_each(|t| add(t, 0));
     let mut seq: Vec<&Script> = vec![&sc.emb];
