@@ -10,8 +10,8 @@ const GIB: f64 = (1u64 << 30) as f64;
 
 /// The plain loop (`out = model(...)` each micro-batch, the previous output freed when the
 /// next forward returns): median |error| at most 1 %, every case at most 5 %, the parameter
-/// counts exact. The cases that `del out` after each backward are printed and kept within
-/// 5 %. The table: `cargo test --release -p gpumem --test accum -- --nocapture`.
+/// counts exact. The cases that `del out` after each backward are printed; the engine bounds
+/// them from above (within 0.5 % below, 5 % above). The table: `cargo test --release -p gpumem --test accum -- --nocapture`.
 #[test]
 fn gradient_accumulation_meets_the_oracle() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -45,8 +45,11 @@ fn gradient_accumulation_meets_the_oracle() {
     assert!(median <= 0.01, "{table}");
     assert!(worst <= 0.05, "{table}");
     assert_eq!(r.counts_exact, r.rows.len(), "{table}");
+    // The engine replays the plain loop, which keeps the previous logits through the next
+    // forward: for the loop that deletes them it is an upper bound (within its error).
     for row in r.rows.iter().filter(|x| drop(&x.name)) {
-        assert!(row.error().unwrap().abs() <= 0.05, "{table}");
+        let e = row.error().unwrap();
+        assert!((-0.005..=0.05).contains(&e), "{}: {e}\n{table}", row.name);
     }
     // a tied-embedding model and an untied one, with and without checkpointing, bf16 and
     // autocast, two and four micro-batches
