@@ -4,6 +4,7 @@
   python tools/oracle/run_cases.py --only 'pp .* s0'     # cases whose name matches a regex
   python tools/oracle/run_cases.py --list                # print the case names and commands
   python tools/oracle/run_cases.py --calibration         # single-GPU runs vs the H100 data
+  python tools/oracle/run_cases.py --accum               # single-GPU gradient accumulation
 
 Run from the repository root with the oracle's venv (ORACLE_VENV, default
 ~/.cache/gpumem-oracle). One oracle process at a time (each uses FakeTensorMode: nothing is
@@ -230,7 +231,8 @@ def case_name(c):
 
 FLAGS = ["layout", "world", "rank", "tp", "shard", "pp", "microbatches", "stage", "schedule",
          "virtual_stages", "cp", "cp_rotate", "cp_load_balance", "ep", "ep_impl", "reshard",
-         "wrap", "sp", "loss_parallel", "precision", "ckpt", "batch", "seq"]
+         "wrap", "sp", "loss_parallel", "precision", "ckpt", "batch", "seq", "grad_accum",
+         "accum_drop_output"]
 
 
 def command(c):
@@ -375,6 +377,107 @@ def shorten_detail(rec):
     return d
 
 
+# ---------------------------------------------------------------------------------------------
+# gradient accumulation on one GPU (--accum -> accum.jsonl)
+# ---------------------------------------------------------------------------------------------
+def accum_matrix():
+    """Single layout with --grad-accum: a plain loop of N micro-batches (forward, loss / N,
+    backward) then AdamW(fused).step() and zero_grad(set_to_none=True)."""
+    C = []
+    L2, Q05 = "llama-2b", "qwen2.5-0.5b"
+    for prec in ("bf16", "mixed"):
+        for ck in (0, 1):
+            for ga in (2, 4):
+                C.append(case(L2, "single", "1x4096", prec=prec, ck=ck, grad_accum=ga))
+    for prec, ck in (("bf16", 0), ("bf16", 1), ("mixed", 0)):
+        C.append(case(L2, "single", "2x2048", prec=prec, ck=ck, grad_accum=2))
+    for ck in (0, 1):
+        for ga in (2, 4):
+            C.append(case(Q05, "single", "2x2048", ck=ck, grad_accum=ga))
+    C.append(case(Q05, "single", "2x2048", prec="mixed", grad_accum=2))
+    C.append(case(Q05, "single", "2x2048", prec="mixed", ck=1, grad_accum=2))
+    C.append(case(Q05, "single", "1x4096", grad_accum=2))
+    # the other loop: `del out` after each micro-batch's backward
+    C.append(case(L2, "single", "1x4096", grad_accum=2, accum_drop_output=1))
+    C.append(case(Q05, "single", "2x2048", grad_accum=2, accum_drop_output=1))
+    C.append(case(L2, "single", "1x4096", prec="mixed", ck=1, grad_accum=2, accum_drop_output=1))
+    C.append(case(Q05, "single", "2x2048", prec="mixed", ck=1, grad_accum=2,
+                  accum_drop_output=1))
+    return C
+
+
+def accum_name(c):
+    return (case_name(c) + f" ga{c['grad_accum']}"
+            + (" drop-output" if c.get("accum_drop_output") else ""))
+
+
+def accum_scenario(c, cfg):
+    prec = {"bf16": "bf16", "mixed": "amp-bf16"}[c["precision"]]
+    return {"model": {"hf_config": cfg}, "batch": c["batch"], "seq": c["seq"], "mode": "train",
+            "precision": prec, "optimizer": "adamw",
+            "recompute": "full" if c["ckpt"] else "none", "attention": "flash",
+            "finetune": "full", "gpu": {"capacity_bytes": H100_BYTES},
+            "parallel": {"grad_accum": c["grad_accum"]}}
+
+
+def accum_notes(c, rec):
+    n = ["gradient accumulation as a plain loop: for each micro-batch out = model(ids, "
+         "labels=ids); (out.loss / N).backward() (gradients added into .grad in place); then "
+         "opt.step(); opt.zero_grad(set_to_none=True); del out; every micro-batch the same ids"]
+    if c.get("accum_drop_output"):
+        n.append("`del out` after each micro-batch's backward (the plain loop keeps the "
+                 "previous micro-batch's output until the next forward returns)")
+    else:
+        n.append("the previous micro-batch's output (logits, loss) lives until the next "
+                 "forward returns and `out` is replaced")
+    if c["precision"] == "mixed":
+        n.append("autocast over fp32 parameters: CPU autocast casts a different op list than "
+                 "CUDA autocast (shared/oracle README); treat the activation terms with care")
+    return n
+
+
+def accum(py, a):
+    od = os.path.join(ROOT, a.out_dir)
+    os.makedirs(od, exist_ok=True)
+    path = os.path.join(od, "accum.jsonl")
+    sel = [(accum_name(c), c) for c in accum_matrix()]
+    sel = [(n, c) for n, c in sel if re.search(a.only, n)]
+    if a.list:
+        for n, c in sel:
+            print(f"{n}\n    {' '.join(command(c))}")
+        print(f"{len(sel)} cases")
+        return
+    done = set() if a.redo else done_names(path)
+    mach = machine()
+    vers = None
+    for i, (n, c) in enumerate(sel):
+        if n in done:
+            continue
+        rec, cmd, err, dt = run_one(py, c, a.timeout)
+        if rec is None:
+            print(f"[{i + 1}/{len(sel)}] {n}: FAILED ({dt:.0f} s): {err}", flush=True)
+            continue
+        print(f"[{i + 1}/{len(sel)}] {n}: {rec['peak_step']} at {rec['peak_where']} "
+              f"({dt:.0f} s)", flush=True)
+        if vers is None:
+            vers = {"torch": rec["torch"], "transformers": rec["transformers"],
+                    "python": subprocess.run(
+                        [py, "-c", "import platform;print(platform.python_version())"],
+                        capture_output=True, text=True).stdout.strip()}
+        cfg = json.load(open(os.path.join(ROOT, CONFIGS, MODELS[c["model"]])))
+        expect = {"peak_step": rec["peak_step"], "peak_first_step": rec["peak_first_step"],
+                  "mem_after_forward": rec["mem_after_forward"],
+                  "mem_after_micro_batches": rec["mem_after_micro_batches"],
+                  "mem_end_of_step": rec["mem_end_of_step"],
+                  "mem_after_model": rec["mem_after_model"], "params": rec["params"]}
+        out = {"name": n, "layout": "single", "scenario": accum_scenario(c, cfg),
+               "expect": expect, "peak_where": rec["peak_where"],
+               "peak_breakdown": rec["peak_breakdown"], "command": " ".join(cmd),
+               "versions": vers, "machine": mach, "notes": accum_notes(c, rec)}
+        with open(path, "a") as f:
+            f.write(json.dumps(out) + "\n")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default="")
@@ -383,6 +486,8 @@ def main():
     ap.add_argument("--calibration", action="store_true")
     ap.add_argument("--traces", action="store_true",
                     help="one case per family with --trace-layer -> traces.jsonl")
+    ap.add_argument("--accum", action="store_true",
+                    help="single-GPU gradient accumulation cases -> accum.jsonl")
     ap.add_argument("--timeout", type=int, default=1800)
     ap.add_argument("--out-dir", default=OUT_DIR)
     a = ap.parse_args()
@@ -392,6 +497,8 @@ def main():
         return calibration(py, a)
     if a.traces:
         return traces(py, a)
+    if a.accum:
+        return accum(py, a)
     cases, names = [], []
     for c in matrix():  # the loops overlap in a few places: keep the first of each name
         n = case_name(c)

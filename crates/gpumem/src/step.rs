@@ -475,14 +475,6 @@ impl Program {
         }
     }
 
-    /// A fragment's composition and record, appended.
-    fn append(&mut self, f: Program) {
-        self.seg.push(&f.seg);
-        if let (Some(r), Some(body)) = (self.rec.as_mut(), f.rec) {
-            r.extend(body);
-        }
-    }
-
     fn point(&mut self, name: &'static str) {
         self.points.push((name, self.seg.delta));
     }
@@ -1124,28 +1116,27 @@ pub(crate) fn pipeline_loop(
     p
 }
 
-/// Later micro-batches (2 to `micro_batches`) after the first: each composed the same way,
-/// the previous micro-batch's output dropped first (`kept`).
-fn later_micro_batches(
+/// Later micro-batches (2 to `micro_batches`) after the first, each composed the same way:
+/// its forward (`fwd`), then the previous micro-batch's output (`kept`) dropped, then its
+/// backward (`bwd`, from the forward's result). The caller's loop `out = model(...)` replaces
+/// `out` only when the forward returns, so the previous logits live through the forward.
+fn later_micro_batches<S>(
     p: &mut Program,
     kept: Bytes,
     micro_batches: u64,
-    one: impl FnOnce(&mut Program),
+    fwd: impl FnOnce(&mut Program) -> S,
+    bwd: impl FnOnce(S, &mut Program),
 ) {
     if micro_batches > 1 {
-        let mut mb = p.fragment();
-        one(&mut mb);
-        let at = mb.seg.at;
         let mut q = p.fragment();
+        let s = fwd(&mut q);
         q.then(Seg {
             delta: Bytes::default().minus(kept),
             peak: Bytes::default(),
-            at: Where {
-                what: DROP_OUTPUT,
-                ..at
-            },
+            at: w(Phase::FwdHead, DROP_OUTPUT),
         });
-        q.append(mb);
+        bwd(s, &mut q);
+        let at = q.seg.at;
         let mut s = q.seg.repeat(micro_batches - 1);
         s.at.micro_batch = s.at.index + 1;
         s.at.micro_batches = micro_batches as u32;
@@ -1176,9 +1167,14 @@ pub(crate) fn replicated_rec(
     let mut p = Program::recording(record);
     micro_batch(first, &mut p, true);
     if let Some(l) = later {
-        later_micro_batches(&mut p, first.kept, micro_batches, |q| {
-            micro_batch(l, q, false)
-        });
+        let part = Part::whole(l);
+        later_micro_batches(
+            &mut p,
+            first.kept,
+            micro_batches,
+            |q| forward(l, &part, q, false),
+            |(), q| backward(l, &part, q),
+        );
     }
     p.point("after backward");
     // Optimizer step: the grads and `out.logits` are still alive.
@@ -1676,10 +1672,15 @@ pub(crate) fn fsdp2(
     let mut p = Program::recording(record);
     let s = fp.forward(FsdpState::SHARDED, &mut p, true);
     fp.backward(s, true, false, false, &mut p);
-    later_micro_batches(&mut p, st.kept, micro_batches, |q| {
-        let s = fp.forward(FsdpState::SHARDED, q, false);
-        fp.backward(s, true, true, false, q);
-    });
+    later_micro_batches(
+        &mut p,
+        st.kept,
+        micro_batches,
+        |q| fp.forward(FsdpState::SHARDED, q, false),
+        |s, q| {
+            fp.backward(s, true, true, false, q);
+        },
+    );
     p.point("after backward");
     p.then(Seg::transient(
         Cat::Temporaries,
