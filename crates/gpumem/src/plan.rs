@@ -440,13 +440,10 @@ pub fn plan(req: &Request) -> Plan {
     };
     let spec = gpu::find(&s.gpu_name).unwrap_or_else(|| gpu::find("H100-80GB").expect("H100"));
     let base = unvaried(s);
-    let prepared = PREPARED
-        .with(|c| {
-            let mut c = c.borrow_mut();
-            let i = c.iter().position(|(k, _)| *k == base)?;
-            Some(c.remove(i).1)
-        })
-        .unwrap_or_default();
+    let prepared = match PREPARED.take() {
+        Some((k, v)) if k == base => v,
+        _ => Vec::new(),
+    };
     let mut sweep = Sweep {
         s,
         a,
@@ -515,15 +512,9 @@ pub fn plan(req: &Request) -> Plan {
         .collect();
     let mut prepared = std::mem::take(&mut sweep.prepared);
     if prepared.len() > MAX_PREPARED {
-        prepared.drain(..prepared.len() - MAX_PREPARED);
+        prepared.clear();
     }
-    PREPARED.with(|c| {
-        let mut c = c.borrow_mut();
-        if c.len() >= PLANS_KEPT {
-            c.remove(0);
-        }
-        c.push((base, prepared));
-    });
+    PREPARED.set(Some((base, prepared)));
     Plan {
         model: name.clone(),
         gpu: s.gpu_name.clone(),
@@ -571,18 +562,18 @@ struct Sweep<'a> {
 
 type PrepKey = (u64, u64, u64, Recompute, bool, bool, bool);
 
-/// Scenarios whose replayed stretches are kept after their plan, and how many stretches
-/// each keeps (the most recently made).
-const PLANS_KEPT: usize = 4;
+/// The most stretches kept after a plan (beyond, none are).
 const MAX_PREPARED: usize = 4096;
 
+/// Stretches replayed by a plan, with the scenario they were replayed for.
+type Kept = Option<(Scenario, Vec<(PrepKey, crate::estimate::Prepared)>)>;
+
 thread_local! {
-    /// The stretches earlier plans replayed, per scenario with what the planner varies taken
-    /// out ([`unvaried`]): a widget re-plans each time the reader moves a knob, and the plans
-    /// of one model, sequence and precision replay the same stretches. Each is a pure
-    /// function of its scenario and key, so a kept one is what a new replay would give.
-    static PREPARED: std::cell::RefCell<Vec<(Scenario, Vec<(PrepKey, crate::estimate::Prepared)>)>> =
-        const { std::cell::RefCell::new(Vec::new()) };
+    /// The stretches the last plan replayed, with its scenario less what the planner varies
+    /// ([`unvaried`]): a widget re-plans each time the reader moves a knob, and the plans of
+    /// one model, sequence and precision replay the same stretches. Each is a pure function
+    /// of that scenario and its key, so a kept one is what a new replay would give.
+    static PREPARED: std::cell::Cell<Kept> = const { std::cell::Cell::new(None) };
 }
 
 /// `s` with what the sweep sets on each layout (the mesh, the ZeRO stage, offload, the
