@@ -576,6 +576,12 @@ thread_local! {
     static PREPARED: std::cell::Cell<Kept> = const { std::cell::Cell::new(None) };
 }
 
+/// Drop the stretches the last plan kept, so that the next plan replays every one (a
+/// benchmark of a fresh plan).
+pub fn forget() {
+    PREPARED.set(None);
+}
+
 /// `s` with what the sweep sets on each layout (the mesh, the ZeRO stage, offload, the
 /// micro-batch, its number, the schedule and recomputation) reset: the stretches of two
 /// plans with the same such scenario are the same for the same key.
