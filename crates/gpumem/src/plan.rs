@@ -379,7 +379,8 @@ fn parse_gpus(v: Option<&Value>) -> Result<Vec<u64>> {
             ))
         }
         Some(Value::String(s)) => parse_gpu_counts(s).map_err(bad)?,
-        Some(x @ Value::Number(_)) => parse_gpu_counts(&x.to_string()).map_err(bad)?,
+        // The number's own Display (the same text): a `Value`'s would bring serde_json's writer.
+        Some(Value::Number(n)) => parse_gpu_counts(&n.to_string()).map_err(bad)?,
         Some(Value::Array(a)) => {
             let mut out = Vec::new();
             for (i, x) in a.iter().enumerate() {

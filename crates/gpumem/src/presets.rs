@@ -242,12 +242,16 @@ struct Config {
 
 impl Config {
     fn preset(&self) -> Preset {
-        let v: serde_json::Value = serde_json::from_str(self.json).expect("a preset's JSON");
+        // Errors by their Display: `expect` would carry the error types' Debug (and std's
+        // string escaping with its Unicode tables) into the widgets' wasm.
+        let v: serde_json::Value = serde_json::from_str(self.json)
+            .unwrap_or_else(|e| panic!("{}: a preset's JSON: {e}", self.name));
         Preset {
             name: self.name,
             aliases: self.aliases,
             source: self.source,
-            arch: crate::hf::parse_hf_config(&v, self.name).expect("a preset's config"),
+            arch: crate::hf::parse_hf_config(&v, self.name)
+                .unwrap_or_else(|e| panic!("a preset's config: {e}")),
         }
     }
 }
