@@ -23,6 +23,8 @@ const BOTTOM: f64 = 196.0;
 const DH: f64 = 170.0;
 const DTOP: f64 = 12.0;
 const DBOTTOM: f64 = 150.0;
+/// Width of one column of the whole step, in px.
+const COLUMN: f64 = 6.0;
 /// Ops shown around the peak: before it, and after it.
 const BEFORE: usize = 27;
 const AFTER: usize = 12;
@@ -388,7 +390,10 @@ pub fn use_timeline(init: &Init) -> Html {
     let narrow = w < 480.0;
     let (l, r) = if narrow { (52.0, 10.0) } else { (64.0, 14.0) };
     let y = |b: f64| BOTTOM - (BOTTOM - TOP) * (b / ymax.max(1.0)).min(1.05);
-    let cols = columns(t, ((w - l - r) / 3.0).floor().max(1.0) as usize);
+    // Columns 6 px wide: each carries its op's name and tensor (its <title>), and a redraw
+    // parses them all again (at 3 px the budget page's timeline was 78 KB of markup); the
+    // peak's neighbourhood is drawn op by op below.
+    let cols = columns(t, ((w - l - r) / COLUMN).floor().max(1.0) as usize);
     let cw = (w - l - r) / cols.len() as f64;
     let peak_col = cols.iter().position(|&i| i == t.peak).unwrap_or(0);
     let px = l + cw * (peak_col as f64 + 0.5);

@@ -53,7 +53,11 @@ fn bench(c: &mut Criterion) {
         let mut i = 0u64;
         b.iter(|| {
             i += 1;
-            plan(std::hint::black_box(if i.is_multiple_of(2) { &a } else { &b2 }))
+            plan(std::hint::black_box(if i.is_multiple_of(2) {
+                &a
+            } else {
+                &b2
+            }))
         })
     });
     g.finish();
