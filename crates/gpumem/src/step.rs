@@ -173,6 +173,22 @@ impl Stretches {
                 loss: v.next().unwrap_or_default(),
             }))
         };
+        // The scripts in the order the stretches were replayed: embedding, layers, head and
+        // (training) loss.
+        let collect_scripts = |with_loss: bool| {
+            SCRIPTS.then(|| {
+                let mut v = scripts.take();
+                let loss = with_loss.then(|| v.pop().expect("loss traced"));
+                let head = v.pop().expect("head traced");
+                let emb = v.remove(0);
+                Scripts {
+                    emb,
+                    layers: v,
+                    head,
+                    loss,
+                }
+            })
+        };
         let mut pre = Builder::new(ctx);
         let first = pre.embedding();
         let locals = pre.locals_hold;
@@ -204,17 +220,7 @@ impl Stretches {
             hb.head(x);
             let head = run(&hb, tape::Mode::NoGrad);
             let traces = collect(layers.len());
-            let scripts = SCRIPTS.then(|| {
-                let mut v = scripts.take();
-                let head = v.pop().expect("head traced");
-                let emb = v.remove(0);
-                Scripts {
-                    emb,
-                    layers: v,
-                    head,
-                    loss: None,
-                }
-            });
+            let scripts = collect_scripts(false);
             return Stretches {
                 grads,
                 traces,
@@ -249,18 +255,7 @@ impl Stretches {
         let loss_out = Bytes::of(lb.tape.cat(lo), lb.tape.bytes(lo));
         let loss = run(&lb, tape::Mode::Normal.or_nograd(mode));
         let traces = collect(layers.len());
-        let scripts = SCRIPTS.then(|| {
-            let mut v = scripts.take();
-            let loss = v.pop().expect("loss traced");
-            let head = v.pop().expect("head traced");
-            let emb = v.remove(0);
-            Scripts {
-                emb,
-                layers: v,
-                head,
-                loss: Some(loss),
-            }
-        });
+        let scripts = collect_scripts(true);
         // The layer input is freed during the layer's forward unless a saved tensor (or the
         // checkpoint) keeps it; the model's `inputs_embeds` then holds the first layer's.
         let l0 = &layers[0];

@@ -780,12 +780,9 @@ pub(crate) fn replay_train(
     replay_train_logged(s, a, st, embeds_hold, false).map(|x| x.0)
 }
 
-/// The events of the training run of `s` that [`crate::estimate`] replays, as text: `a ID
-/// BYTES` (allocated), `f ID` (freed), `# PHASE` (load, ids, step N forward …), the format
-/// of `tools/alloc/trace.py`'s traces of PyTorch's own runs, to compare the two; and the
-/// outcome of replaying them one by one (an op's workspace allocated and freed, not
-/// elided).
-pub fn events(s: &crate::Scenario) -> Option<(Outcome, Vec<String>)> {
+/// The architecture of `s` and its stretches replayed with their scripts, as the run's
+/// first micro-batch makes them; `None` where the replay does not cover `s`.
+fn scripted(s: &crate::Scenario) -> Option<(&crate::arch::Architecture, crate::step::Stretches)> {
     let crate::scenario::Model::Arch { arch, .. } = &s.model else {
         return None;
     };
@@ -798,7 +795,19 @@ pub fn events(s: &crate::Scenario) -> Option<(Outcome, Vec<String>)> {
     } else {
         crate::tape::Mode::Normal
     };
-    let st = crate::step::Stretches::scripted(&ctx, mode, crate::tape::Grads::New);
+    Some((
+        arch,
+        crate::step::Stretches::scripted(&ctx, mode, crate::tape::Grads::New),
+    ))
+}
+
+/// The events of the training run of `s` that [`crate::estimate`] replays, as text: `a ID
+/// BYTES` (allocated), `f ID` (freed), `# PHASE` (load, ids, step N forward …), the format
+/// of `tools/alloc/trace.py`'s traces of PyTorch's own runs, to compare the two; and the
+/// outcome of replaying them one by one (an op's workspace allocated and freed, not
+/// elided).
+pub fn events(s: &crate::Scenario) -> Option<(Outcome, Vec<String>)> {
+    let (arch, st) = scripted(s)?;
     replay_train_logged(s, arch, &st, st.embeds_held, true)
 }
 
@@ -925,19 +934,7 @@ fn extrapolate(out: &mut Outcome, growth: &[u64], keep: usize, total: usize) {
 /// layers' when the model is deeper than [`MAX_LAYERS`]); `None` where the replay does not
 /// cover `s`.
 pub fn segments_at_peak(s: &crate::Scenario) -> Option<Vec<super::Segment>> {
-    let crate::scenario::Model::Arch { arch, .. } = &s.model else {
-        return None;
-    };
-    if !covers(s) {
-        return None;
-    }
-    let ctx = crate::graph::Ctx::new(s, arch, true);
-    let mode = if s.recompute == crate::scenario::Recompute::Full {
-        crate::tape::Mode::Checkpointed
-    } else {
-        crate::tape::Mode::Normal
-    };
-    let st = crate::step::Stretches::scripted(&ctx, mode, crate::tape::Grads::New);
+    let (arch, st) = scripted(s)?;
     let (seq, plan, _, _) = prepare(s, arch, &st, st.embeds_held)?;
     let mut first = Runner::new(config(s));
     run_one(&mut first, &seq, &plan);
@@ -957,21 +954,10 @@ pub fn replay_process(runs: &[crate::Scenario]) -> Vec<Option<Outcome>> {
     let mut r: Option<Runner> = None;
     let mut out = Vec::new();
     for s in runs {
-        let crate::scenario::Model::Arch { arch, .. } = &s.model else {
+        let Some((arch, st)) = scripted(s) else {
             out.push(None);
             continue;
         };
-        if !covers(s) {
-            out.push(None);
-            continue;
-        }
-        let ctx = crate::graph::Ctx::new(s, arch, true);
-        let mode = if s.recompute == crate::scenario::Recompute::Full {
-            crate::tape::Mode::Checkpointed
-        } else {
-            crate::tape::Mode::Normal
-        };
-        let st = crate::step::Stretches::scripted(&ctx, mode, crate::tape::Grads::New);
         let Some((seq, plan, keep, total)) = prepare(s, arch, &st, st.embeds_held) else {
             out.push(None);
             continue;
