@@ -1,8 +1,46 @@
 // Loads the widgets' wasm on pages that have widgets; the bundle renders every one of them over
 // its pre-rendered HTML.
-import init from "./gpumem_widgets.js";
+import init, { near } from "./gpumem_widgets.js";
+
+// How long the page's knobs must rest before widgets off screen are brought up to date (ms).
+const REST_MS = 120;
 
 if (document.querySelector("[data-gpumem]")) {
   const module_or_path = new URL("gpumem_widgets_bg.wasm", import.meta.url);
-  init({ module_or_path }).catch((e) => console.error("gpumem widgets failed to start:", e));
+  init({ module_or_path })
+    .then(() => {
+      // A change reaches the widgets on screen, or within a third of a screen of it, at once;
+      // the others when they come near, or once the changes rest: `near` tells a widget what
+      // it has missed, and where it is.
+      const uid = new Map();
+      for (const host of document.querySelectorAll("[data-gpumem]")) {
+        try {
+          uid.set(host, String(JSON.parse(host.dataset.gpumem).uid));
+        } catch (e) {
+          // A host whose JSON does not read is not live: nothing to tell it.
+        }
+      }
+      const far = new Set();
+      if ("IntersectionObserver" in window) {
+        const seen = new IntersectionObserver(
+          (entries) => {
+            for (const e of entries) {
+              if (e.isIntersecting) far.delete(e.target);
+              else far.add(e.target);
+              near(uid.get(e.target), e.isIntersecting);
+            }
+          },
+          { rootMargin: "33% 0px" },
+        );
+        for (const host of uid.keys()) seen.observe(host);
+      }
+      let timer;
+      document.addEventListener("gpumem:change", () => {
+        clearTimeout(timer);
+        timer = setTimeout(() => {
+          for (const host of far) near(uid.get(host), false);
+        }, REST_MS);
+      });
+    })
+    .catch((e) => console.error("gpumem widgets failed to start:", e));
 }

@@ -206,12 +206,12 @@ pub fn use_knobs(init: &Init) -> (Knobs, Callback<Knobs>) {
         let setter = knobs.setter();
         let local = init.local;
         let initial = init.knobs.clone();
-        let page = init.page.clone();
+        let (page, uid) = (init.page.clone(), init.uid.clone());
         use_effect_with((), move |_| {
             let sub = (!local).then(|| {
                 let s2 = setter.clone();
                 let (current, sub) =
-                    store::join(&page, &initial, Callback::from(move |k| s2.set(k)));
+                    store::join(&page, &uid, &initial, Callback::from(move |k| s2.set(k)));
                 if current != initial {
                     setter.set(current);
                 }

@@ -338,6 +338,14 @@ pub fn host_html(init: &Init) -> Result<String, String> {
 /// The browser entry point: render every widget host on the page over its pre-rendered HTML
 /// (Yew empties the host and renders into it within the same task: nothing is painted in
 /// between).
+/// The page's script (loader.js) says where a widget's host is: near the screen or not
+/// ([`store::set_near`]).
+#[cfg(target_arch = "wasm32")]
+#[wasm_bindgen::prelude::wasm_bindgen]
+pub fn near(uid: &str, near: bool) {
+    store::set_near(uid, near);
+}
+
 #[cfg(target_arch = "wasm32")]
 #[wasm_bindgen::prelude::wasm_bindgen(start)]
 pub fn start() {

@@ -2,6 +2,11 @@
 //! chapter reads and writes, like the cells of a notebook (print.html holds every chapter,
 //! each with its own). Each live widget is its own Yew app, so the store lives outside
 //! Yew: widgets subscribe when they mount and publish when a reader moves a control.
+//!
+//! A change reaches the widgets on screen (or near it) at once; a widget off screen is told
+//! when it comes near the screen, or once the knobs have rested, whichever is first (the
+//! page's script watches both and calls [`set_near`]: `loader.js`). A slider then redraws what the reader sees
+//! within the frame, however many widgets the chapter has.
 
 use std::cell::RefCell;
 
@@ -14,7 +19,19 @@ use crate::Knobs;
 struct Group {
     page: String,
     knobs: Option<Knobs>,
-    subscribers: Vec<(usize, Callback<Knobs>)>,
+    subscribers: Vec<Subscriber>,
+}
+
+/// A widget listening to its chapter's knobs.
+struct Subscriber {
+    id: usize,
+    /// The widget's uid (its host is watched under it).
+    uid: String,
+    on_change: Callback<Knobs>,
+    /// On screen or near it (until the page says otherwise).
+    near: bool,
+    /// Knobs it has not been told yet, being off screen.
+    pending: Option<Knobs>,
 }
 
 #[derive(Default)]
@@ -54,39 +71,86 @@ impl Drop for Subscription {
     fn drop(&mut self) {
         STORE.with(|s| {
             for g in s.borrow_mut().groups.iter_mut() {
-                g.subscribers.retain(|(id, _)| *id != self.0);
+                g.subscribers.retain(|x| x.id != self.0);
             }
         });
     }
 }
 
-/// Join a chapter's widgets: the first widget's knobs become the chapter's. Returns the
-/// chapter's knobs now.
-pub fn join(page: &str, initial: &Knobs, on_change: Callback<Knobs>) -> (Knobs, Subscription) {
+/// Join a chapter's widgets as the widget `uid`: the first widget's knobs become the
+/// chapter's. Returns the chapter's knobs now.
+pub fn join(
+    page: &str,
+    uid: &str,
+    initial: &Knobs,
+    on_change: Callback<Knobs>,
+) -> (Knobs, Subscription) {
     STORE.with(|s| {
         let mut s = s.borrow_mut();
         let id = s.next_id;
         s.next_id += 1;
         let g = s.group(page);
         let current = g.knobs.get_or_insert_with(|| initial.clone()).clone();
-        g.subscribers.push((id, on_change));
+        g.subscribers.push(Subscriber {
+            id,
+            uid: uid.to_string(),
+            on_change,
+            near: true,
+            pending: None,
+        });
         (current, Subscription(id))
     })
 }
 
-/// Set a chapter's knobs and tell every widget of that chapter.
+/// Where the widget `uid` is: on screen or near it, or not. Either way it is told the knobs
+/// it has missed: the page's script says so when the widget comes near the screen, and, for
+/// each widget off screen, once the knobs have rested.
+pub fn set_near(uid: &str, near: bool) {
+    tell_missed(Some((uid, near)));
+}
+
+/// Tell widgets the knobs they have missed: the widget `uid`, now near or not; or, none
+/// named, every widget near the screen.
+fn tell_missed(only: Option<(&str, bool)>) {
+    let mut missed: Vec<(Callback<Knobs>, Knobs)> = Vec::new();
+    STORE.with(|s| {
+        for g in s.borrow_mut().groups.iter_mut() {
+            for x in g.subscribers.iter_mut() {
+                if let Some((uid, near)) = only {
+                    if x.uid != uid {
+                        continue;
+                    }
+                    x.near = near;
+                } else if !x.near {
+                    continue;
+                }
+                if let Some(k) = x.pending.take() {
+                    missed.push((x.on_change.clone(), k));
+                }
+            }
+        }
+    });
+    for (c, k) in missed {
+        c.emit(k);
+    }
+}
+
+/// Set a chapter's knobs and tell the widgets of that chapter: those near the screen now,
+/// the others when they come near or the knobs rest.
 pub fn publish(page: &str, knobs: Knobs) {
-    // Collect first: a subscriber may (un)subscribe while it is told.
-    let (subscribers, one_chapter): (Vec<Callback<Knobs>>, bool) = STORE.with(|s| {
+    let one_chapter = STORE.with(|s| {
         let mut s = s.borrow_mut();
         let one = s.chapters <= 1;
         let g = s.group(page);
         g.knobs = Some(knobs.clone());
-        (g.subscribers.iter().map(|(_, c)| c.clone()).collect(), one)
+        for x in g.subscribers.iter_mut() {
+            x.pending = Some(knobs.clone());
+        }
+        one
     });
-    for c in subscribers {
-        c.emit(knobs.clone());
-    }
+    // (Told after the store is let go: a subscriber may (un)subscribe while it is told.)
+    tell_missed(None);
+    // The page's script (loader.js) calls `catch_up` once the changes it hears of rest.
     #[cfg(target_arch = "wasm32")]
     {
         page_events::changed(&knobs);
@@ -468,14 +532,15 @@ mod tests {
         let log = seen.clone();
         let (got_a, sub_a) = join(
             "budget",
+            "budget-1",
             &a,
             Callback::from(move |k: Knobs| log.borrow_mut().push(k)),
         );
-        let (got_b, sub_b) = join("budget", &b, Callback::from(|_| {}));
+        let (got_b, sub_b) = join("budget", "budget-2", &b, Callback::from(|_| {}));
         assert_eq!(got_a, a);
         assert_eq!(got_b, a, "the page's knobs win over a later widget's");
         // Another chapter on the same document (print.html) keeps its own knobs.
-        let (got_c, sub_c) = join("zero", &b, Callback::from(|_| {}));
+        let (got_c, sub_c) = join("zero", "zero-1", &b, Callback::from(|_| {}));
         assert_eq!(got_c, b);
         publish("budget", b.clone());
         assert_eq!(seen.borrow().as_slice(), std::slice::from_ref(&b));
@@ -490,5 +555,42 @@ mod tests {
         publish("budget", a.clone());
         assert_eq!(seen.borrow().len(), 1, "unsubscribed on drop");
         drop((sub_b, sub_c));
+    }
+
+    #[test]
+    fn a_widget_off_screen_is_told_when_it_comes_near_or_the_knobs_rest() {
+        let log = |seen: &Rc<RefCell<Vec<Knobs>>>| {
+            let seen = seen.clone();
+            Callback::from(move |k: Knobs| seen.borrow_mut().push(k))
+        };
+        let (near, far) = (
+            Rc::new(RefCell::new(Vec::new())),
+            Rc::new(RefCell::new(Vec::new())),
+        );
+        let k0 = Knobs::default().with("batch", "1");
+        let (_, sub_n) = join("off", "off-1", &k0, log(&near));
+        let (_, sub_f) = join("off", "off-2", &k0, log(&far));
+        set_near("off-2", false);
+        let (k1, k2) = (k0.with("batch", "2"), k0.with("batch", "3"));
+        publish("off", k1.clone());
+        publish("off", k2.clone());
+        assert_eq!(near.borrow().as_slice(), [k1.clone(), k2.clone()]);
+        assert!(far.borrow().is_empty(), "off screen: not told yet");
+        // Coming near, it is told the latest knobs once.
+        set_near("off-2", true);
+        assert_eq!(far.borrow().as_slice(), std::slice::from_ref(&k2));
+        set_near("off-2", true);
+        assert_eq!(far.borrow().len(), 1);
+        // Off screen again: the knobs resting (the page says it is still off screen) bring it
+        // up to date, once.
+        set_near("off-2", false);
+        let k3 = k0.with("batch", "4");
+        publish("off", k3.clone());
+        assert_eq!(far.borrow().len(), 1);
+        set_near("off-2", false);
+        set_near("off-2", false);
+        assert_eq!(far.borrow().as_slice(), [k2, k3.clone()]);
+        assert_eq!(near.borrow().last(), Some(&k3));
+        drop((sub_n, sub_f));
     }
 }

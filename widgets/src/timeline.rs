@@ -11,7 +11,7 @@ use crate::allocator::{use_knobs, use_live_marker};
 use std::fmt::Write;
 
 use crate::chart::{
-    fit, n, refused, settings, text_width, tick_label, ticks, use_toolbar, use_width,
+    el, fit, n, refused, settings, text_width, tick_label, ticks, use_toolbar, use_width,
 };
 use crate::format::{delta, escape_attr as esc, gib, tokens};
 use crate::parts::{self, PARTS};
@@ -220,15 +220,41 @@ fn coord(out: &mut String, x: f64) {
     }
 }
 
-/// ` name="value"` for each, the values as [`coord`] writes them.
-fn attrs(out: &mut String, list: &[(&str, f64)]) {
-    for (name, v) in list {
-        out.push(' ');
-        out.push_str(name);
-        out.push_str("=\"");
-        coord(out, *v);
-        out.push('"');
+/// The columns to hover or focus, one for each of the points `ps`, from `x0`, `cw` wide,
+/// from `y`, `h` high, each titled with its point, the peak's in the tab order (`ops`: the ops
+/// around the peak). The columns keep their place from one redraw to the next: a redraw
+/// changes their titles, not the elements.
+fn columns_to_hover(
+    t: &OpTimeline,
+    ps: &[usize],
+    (x0, cw, y, h): (f64, f64, f64, f64),
+    ops: bool,
+) -> Html {
+    let (wa, ya, ha): (AttrValue, AttrValue, AttrValue) = (n(cw).into(), n(y).into(), n(h).into());
+    let mut v = Vec::new();
+    for (j, &i) in ps.iter().enumerate() {
+        let peak = i == t.peak;
+        let class = match (ops, peak) {
+            (false, _) => "gm-hit",
+            (true, false) => "gm-hit gm-op",
+            (true, true) => "gm-hit gm-op gm-peak-op",
+        };
+        v.push(el(
+            "rect",
+            &["class", "x", "y", "width", "height", "tabindex", "data-i"],
+            vec![
+                class.into(),
+                n(x0 + cw * j as f64).into(),
+                ya.clone(),
+                wa.clone(),
+                ha.clone(),
+                (if peak { "0" } else { "-1" }).into(),
+                j.to_string().into(),
+            ],
+            el("title", &[], Vec::new(), label(&t.points[i]).into()),
+        ));
     }
+    yew::virtual_dom::VList::with_children(v, None).into()
 }
 
 /// The stacked areas of `pts` (x from `x0`, `cw` wide each), one polygon per part, as SVG.
@@ -286,7 +312,8 @@ fn text(out: &mut String, class: &str, x: f64, y: f64, anchor: &str, t: &str) {
     );
 }
 
-/// Arrow keys, Home and End move the focus along a chart's columns (`[data-i]`).
+/// Arrow keys, Home and End move the focus along a chart's columns (`[data-i]`, `last` the
+/// last's).
 fn roving(e: KeyboardEvent, last: usize) {
     let Some(el) = e.target_dyn_into::<web_sys::Element>() else {
         return;
@@ -317,14 +344,14 @@ fn roving(e: KeyboardEvent, last: usize) {
     }
 }
 
-/// The point a hovered or focused column stands for (its `data-p`).
-fn point_of(t: Option<web_sys::EventTarget>) -> Option<usize> {
+/// What a hovered or focused column says: its title (a column takes the focus; nothing
+/// else in the charts does).
+fn title_of(t: Option<web_sys::EventTarget>) -> Option<String> {
     use web_sys::wasm_bindgen::JsCast;
-    t?.dyn_into::<web_sys::Element>()
-        .ok()?
-        .get_attribute("data-p")?
-        .parse()
-        .ok()
+    let el = t?.dyn_into::<web_sys::Element>().ok()?;
+    el.get_attribute("tabindex")?;
+    // A column's only child is its title.
+    el.text_content()
 }
 
 /// The timeline widget, as a hook of the one widget component ([`crate::Widget`]).
@@ -368,12 +395,10 @@ pub fn use_timeline(init: &Init) -> Html {
         }
     };
     let show = {
-        let (shown, k, tl) = (shown.clone(), k.clone(), tl.clone());
+        let (shown, k) = (shown.clone(), k.clone());
         std::rc::Rc::new(move |target: Option<web_sys::EventTarget>| {
-            if let (Some(i), Ok(t)) = (point_of(target), tl.as_ref()) {
-                if let Some(p) = t.points.get(i) {
-                    shown.set(Some((k.clone(), label(p))));
-                }
+            if let Some(text) = title_of(target) {
+                shown.set(Some((k.clone(), text)));
             }
         })
     };
@@ -467,26 +492,9 @@ pub fn use_timeline(init: &Init) -> Html {
             &fit(name, xb - xa - 4.0),
         );
     }
-    svg.push_str(r#"<g class="gm-hits">"#);
-    for (c, &i) in cols.iter().enumerate() {
-        svg.push_str(r#"<rect class="gm-hit""#);
-        attrs(
-            &mut svg,
-            &[
-                ("x", l + cw * c as f64),
-                ("y", TOP),
-                ("width", cw),
-                ("height", BOTTOM - TOP),
-            ],
-        );
-        let _ = write!(
-            svg,
-            r#" tabindex="{}" data-i="{c}" data-p="{i}"><title>{}</title></rect>"#,
-            if c == peak_col { 0 } else { -1 },
-            esc(&label(&t.points[i]))
-        );
-    }
-    svg.push_str("</g>");
+    // A column per stretch of ops to hover or focus. The columns keep their place from one
+    // redraw to the next: a redraw changes their titles, not the elements.
+    let hits = columns_to_hover(t, &cols, (l, cw, TOP, BOTTOM - TOP), false);
 
     // Around the peak, op by op, on an axis that starts near the lowest of them.
     let (a, b) = (
@@ -511,50 +519,45 @@ pub fn use_timeline(init: &Init) -> Html {
         DBOTTOM - (DBOTTOM - DTOP) * ((b - floor) / (dmax - floor).max(1.0)).clamp(0.0, 1.05)
     };
     let dw = (w - l - r) / win.len().max(1) as f64;
-    let mut detail = String::with_capacity(16 << 10);
+    let mut detail = String::with_capacity(8 << 10);
     grid(&mut detail, &dk, l, w - r, &dy);
+    // Each part one path of the ops' bars (a rectangle an op), under the ops.
+    let mut bars = vec![String::new(); PARTS.len()];
     for (j, p) in win.iter().enumerate() {
-        let i = a + j;
-        let name = esc(&label(p));
-        let _ = write!(
-            detail,
-            r#"<g class="gm-op{}" tabindex="{}" data-i="{j}" data-p="{i}"><title>{name}</title>"#,
-            if i == t.peak { " gm-peak-op" } else { "" },
-            if i == t.peak { 0 } else { -1 }
-        );
         let s = stack(p, &idx);
         let x = l + dw * j as f64;
         let mut below = 0.0;
-        for (q, part) in PARTS.iter().enumerate() {
+        for (q, d) in bars.iter_mut().enumerate().take(s.len()) {
             let hi = below + s[q];
             if s[q] > 0.0 && hi > floor {
                 let (ya, yb) = (dy(hi), dy(below.max(floor)));
-                let _ = write!(detail, r#"<rect class="gm-f-{}""#, part.key);
-                attrs(
-                    &mut detail,
-                    &[
-                        ("x", x + 0.5),
-                        ("y", ya),
-                        ("width", (dw - 1.0).max(0.5)),
-                        ("height", (yb - ya).max(0.0)),
-                    ],
-                );
-                detail.push_str("></rect>");
+                let bw = (dw - 1.0).max(0.5);
+                d.push('M');
+                coord(d, x + 0.5);
+                d.push(' ');
+                coord(d, ya);
+                d.push('h');
+                coord(d, bw);
+                d.push('v');
+                coord(d, (yb - ya).max(0.0));
+                d.push('h');
+                coord(d, -bw);
+                d.push('Z');
             }
             below = hi;
         }
-        detail.push_str(r#"<rect class="gm-hit""#);
-        attrs(
-            &mut detail,
-            &[
-                ("x", x),
-                ("y", DTOP),
-                ("width", dw),
-                ("height", DBOTTOM - DTOP),
-            ],
-        );
-        let _ = write!(detail, r#" data-p="{i}"></rect></g>"#);
     }
+    for (part, d) in PARTS.iter().zip(bars) {
+        if !d.is_empty() {
+            let _ = write!(detail, r#"<path class="gm-f-{}" d="{d}"></path>"#, part.key);
+        }
+    }
+    let ops = columns_to_hover(
+        t,
+        &(a..b).collect::<Vec<usize>>(),
+        (l, dw, DTOP, DBOTTOM - DTOP),
+        true,
+    );
     let dpx = l + dw * ((t.peak - a) as f64 + 0.5);
     let what = if peak.at.what.is_empty() {
         place(peak)
@@ -607,17 +610,18 @@ pub fn use_timeline(init: &Init) -> Html {
             "It does not fit."
         }
     );
-    let (last_col, nwin) = (cols.len() - 1, win.len().saturating_sub(1));
+    let (last_col, last_op) = (cols.len() - 1, win.len().saturating_sub(1));
     let on_key_overview = Callback::from(move |e: KeyboardEvent| roving(e, last_col));
-    let on_key_detail = Callback::from(move |e: KeyboardEvent| roving(e, nwin));
+    let on_key_detail = Callback::from(move |e: KeyboardEvent| roving(e, last_op));
     html! {
         <figure class="gm gm-timeline" data-widget="timeline" ref={root} aria-labelledby={title_id.clone()}
             aria-describedby={summary_id.clone()}>
             { head }
             <svg class="gm-chart" ref={svg_ref} viewBox={format!("0 0 {} {}", n(w), n(H))} role="group"
-                aria-label="The whole step: each column is a stretch of ops, drawn at its highest point; arrow keys move along"
+                aria-label="The whole step, a column for each stretch of ops at its highest point; arrow keys move along"
                 onkeydown={on_key_overview} onmouseover={on_over.clone()} onfocusin={on_focus.clone()}>
                 { Html::from_html_unchecked(svg.into()) }
+                <g class="gm-hits">{ hits }</g>
             </svg>
             { crate::allocator::key_legend(&legend) }
             <p class="gm-note gm-detail-title">{ format!("Around the peak, op by op (the axis starts at {}):", gib(floor)) }</p>
@@ -625,6 +629,7 @@ pub fn use_timeline(init: &Init) -> Html {
                 aria-label="The ops around the peak, one column each; arrow keys move along"
                 onkeydown={on_key_detail} onmouseover={on_over} onfocusin={on_focus}>
                 { Html::from_html_unchecked(detail.into()) }
+                <g class="gm-ops">{ ops }</g>
             </svg>
             <p class="gm-readout" aria-live="polite" data-value="op">{ readout }</p>
             <p class="gm-note" data-value="peak">{ note }</p>
