@@ -612,6 +612,16 @@ fn widgets_share_one_state_that_the_url_carries() {
         Duration::from_secs(5),
     )
     .unwrap();
+    // Every widget follows (those off screen once the slider rests).
+    c.wait_for(
+        &format!(
+            "return document.querySelector('[data-widget=timeline] [data-value=peak]').textContent.includes('Peak {}') \
+             && document.querySelector('[data-widget=breakdown] .gm-sub').textContent.includes('b=5')",
+            gib(e5.peak_bytes as f64)
+        ),
+        Duration::from_secs(5),
+    )
+    .unwrap();
     let state = c
         .eval(
             "return [location.search, location.hash, \
@@ -976,8 +986,16 @@ fn the_precision_recipes_and_parts_drive_the_page() {
         Duration::from_secs(5),
     )
     .unwrap();
-    let after = c.eval(weights, json!([])).unwrap();
-    assert_ne!(before, after, "the inline value follows the recipe");
+    // The inline value follows the recipe (at once on screen; off screen once the knobs rest).
+    c.wait_for(
+        &format!(
+            "{} !== {}",
+            weights,
+            serde_json::to_string(&before).unwrap()
+        ),
+        Duration::from_secs(5),
+    )
+    .unwrap_or_else(|e| panic!("the inline value follows the recipe: {e}"));
     // One part changed by its select: no recipe matches any more.
     c.click(
         &c.find("[data-widget=precision] button[role=radio]:nth-child(4)")
