@@ -9,9 +9,8 @@ if (document.querySelector("[data-gpumem]")) {
   const module_or_path = new URL("gpumem_widgets_bg.wasm", import.meta.url);
   init({ module_or_path })
     .then(() => {
-      // A change reaches the widgets on screen, or within a third of a screen of it, at once;
-      // the others when they come near, or once the changes rest: `near` tells a widget what
-      // it has missed, and where it is.
+      // A change reaches the widgets on screen at once; the others when they come on screen,
+      // or once the changes rest: `near` tells a widget what it has missed, and where it is.
       const uid = new Map();
       for (const host of document.querySelectorAll("[data-gpumem]")) {
         try {
@@ -22,16 +21,13 @@ if (document.querySelector("[data-gpumem]")) {
       }
       const far = new Set();
       if ("IntersectionObserver" in window) {
-        const seen = new IntersectionObserver(
-          (entries) => {
-            for (const e of entries) {
-              if (e.isIntersecting) far.delete(e.target);
-              else far.add(e.target);
-              near(uid.get(e.target), e.isIntersecting);
-            }
-          },
-          { rootMargin: "33% 0px" },
-        );
+        const seen = new IntersectionObserver((entries) => {
+          for (const e of entries) {
+            if (e.isIntersecting) far.delete(e.target);
+            else far.add(e.target);
+            near(uid.get(e.target), e.isIntersecting);
+          }
+        });
         for (const host of uid.keys()) seen.observe(host);
       }
       let timer;
