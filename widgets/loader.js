@@ -30,13 +30,16 @@ if (document.querySelector("[data-gpumem]")) {
         });
         for (const host of uid.keys()) seen.observe(host);
       }
+      const catchUp = () => {
+        for (const host of far) near(uid.get(host), false);
+      };
       let timer;
       document.addEventListener("gpumem:change", () => {
         clearTimeout(timer);
-        timer = setTimeout(() => {
-          for (const host of far) near(uid.get(host), false);
-        }, REST_MS);
+        timer = setTimeout(catchUp, REST_MS);
       });
+      // A page printed at once still prints every widget up to date.
+      window.addEventListener("beforeprint", catchUp);
     })
     .catch((e) => console.error("gpumem widgets failed to start:", e));
 }
