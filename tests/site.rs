@@ -622,6 +622,16 @@ fn widgets_share_one_state_that_the_url_carries() {
         Duration::from_secs(5),
     )
     .unwrap();
+    c.wait_for(
+        "return location.search.includes('batch=5')",
+        Duration::from_secs(5),
+    )
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}",
+            c.eval("return location.search", json!([])).unwrap()
+        )
+    });
     let state = c
         .eval(
             "return [location.search, location.hash, \
@@ -811,12 +821,17 @@ fn zero_keys_presets_stages_and_log_steps() {
         billions > 70.0 && billions < 100.0,
         "one log step up from 70B: {now}"
     );
-    // The URL carries the state.
-    let search = c.eval("return location.search", json!([])).unwrap();
-    assert!(
-        search.as_str().unwrap().contains("zero-stage=1"),
-        "{search}"
-    );
+    // The URL carries the state (once the knobs rest).
+    c.wait_for(
+        "return location.search.includes('zero-stage=1')",
+        Duration::from_secs(5),
+    )
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}",
+            c.eval("return location.search", json!([])).unwrap()
+        )
+    });
     assert_no_console_errors(&c);
 }
 
@@ -896,6 +911,16 @@ fn the_5d_panel_takes_a_pasted_config_refuses_a_hostile_one_and_applies_a_planne
         Duration::from_secs(5),
     )
     .unwrap();
+    c.wait_for(
+        "return location.search.includes('arch=')",
+        Duration::from_secs(5),
+    )
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}",
+            c.eval("return location.search", json!([])).unwrap()
+        )
+    });
     let fields = c
         .eval("return [document.querySelector('[data-widget=parallelism] input[id$=-layers]').value, location.search.includes('arch=')]", json!([]))
         .unwrap();
@@ -1012,10 +1037,16 @@ fn the_precision_recipes_and_parts_drive_the_page() {
         Duration::from_secs(5),
     )
     .unwrap();
-    let search = c
-        .eval("return decodeURIComponent(location.search)", json!([]))
-        .unwrap();
-    assert!(search.as_str().unwrap().contains("grads=fp32"), "{search}");
+    c.wait_for(
+        "return decodeURIComponent(location.search).includes('grads=fp32')",
+        Duration::from_secs(5),
+    )
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}",
+            c.eval("return location.search", json!([])).unwrap()
+        )
+    });
     // The radiogroup's accessible names, as Chromium computes them.
     let (role, _) = c
         .accessibility(&c.find("[data-widget=precision] [role=radiogroup]").unwrap())
@@ -1106,6 +1137,16 @@ fn the_5d_panel_takes_multi_digit_numbers() {
     .unwrap_or_else(|e| {
         let now = c.eval(&format!("return [{sub}, document.querySelector('[data-widget=parallelism] input[id$=-dp]').value, document.activeElement.id]"), json!([])).unwrap();
         panic!("{e}: {now}")
+    });
+    c.wait_for(
+        "return location.search.includes('dp=16')",
+        Duration::from_secs(5),
+    )
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}",
+            c.eval("return location.search", json!([])).unwrap()
+        )
     });
     let state = c
         .eval(
@@ -1471,6 +1512,78 @@ fn copy_link_says_what_happened_and_shows_the_link_when_it_could_not_copy() {
         Duration::from_secs(5),
     )
     .unwrap();
+    // A link copied at once after a change carries the change (the URL is written for it,
+    // before the knobs rest).
+    c.eval(
+        "window.copied = ''; \
+         document.dispatchEvent(new CustomEvent('gpumem:set', {detail: {batch: 6}})); \
+         document.querySelector('[data-widget=timeline] .gm-tools button').click(); return true",
+        json!([]),
+    )
+    .unwrap();
+    c.wait_for(
+        "return window.copied.includes('batch=6')",
+        Duration::from_secs(5),
+    )
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}",
+            c.eval("return window.copied", json!([])).unwrap()
+        )
+    });
+}
+
+/// A long fast drag leaves the URL at the slider's last value. The URL is written once the
+/// knobs rest, not on every change: Chromium ignores `history.replaceState` past 200 calls
+/// in 10 s ("Throttling navigation"), which left the URL at the drag's 200th value.
+#[test]
+fn a_long_fast_drag_leaves_the_url_at_its_last_value() {
+    let c = Chrome::start().unwrap_or_else(|e| panic!("{e}"));
+    c.goto(&format!("{}/budget.html", served())).unwrap();
+    wait_widget(&c, "allocator");
+    // 250 frames, the slider moved on each, as a reader's drag does; then one last value.
+    let got = c
+        .eval_async(
+            "const done = arguments[0]; \
+             const i = document.querySelector('[data-widget=allocator] input[id$=-batch]'); \
+             let calls = 0; const rs = History.prototype.replaceState; \
+             History.prototype.replaceState = function (...a) { calls++; return rs.apply(this, a); }; \
+             let n = 0; \
+             const step = () => { \
+               i.value = n < 250 ? String(20 + 10 * (n % 3)) : '60'; \
+               i.dispatchEvent(new Event('input', {bubbles: true})); \
+               if (n++ < 250) requestAnimationFrame(step); else done(calls); \
+             }; \
+             requestAnimationFrame(step);",
+            json!([]),
+        )
+        .unwrap();
+    assert!(
+        got.as_u64().unwrap() < 10,
+        "the URL is not rewritten on every change: {got} writes"
+    );
+    c.wait_for(
+        "const i = document.querySelector('[data-widget=allocator] input[id$=-batch]'); \
+         return i.getAttribute('aria-valuenow') !== '1' \
+           && new URLSearchParams(location.search).get('batch') === i.getAttribute('aria-valuenow')",
+        Duration::from_secs(5),
+    )
+    .unwrap_or_else(|e| {
+        let now = c
+            .eval(
+                "return [location.search, document.querySelector('[data-widget=allocator] input[id$=-batch]').getAttribute('aria-valuenow')]",
+                json!([]),
+            )
+            .unwrap();
+        panic!("{e}: {now}")
+    });
+    let console = c.console().unwrap();
+    assert!(
+        !console
+            .iter()
+            .any(|m| m["message"].to_string().contains("Throttling navigation")),
+        "{console:?}"
+    );
 }
 
 /// The budget the brief sets for the widgets' one bundle: 320 KB gzipped (as a static host
@@ -1685,12 +1798,16 @@ fn the_diffs_steps_add_up_to_the_difference_of_the_two_peaks() {
         ),
         "{w}"
     );
-    assert!(c
-        .eval("return location.search", json!([]))
-        .unwrap()
-        .as_str()
-        .unwrap()
-        .contains("recompute=full"));
+    c.wait_for(
+        "return location.search.includes('recompute=full')",
+        Duration::from_secs(5),
+    )
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}",
+            c.eval("return location.search", json!([])).unwrap()
+        )
+    });
     assert_no_console_errors(&c);
 }
 

@@ -32,14 +32,17 @@ if (document.querySelector("[data-gpumem]")) {
       }
       const catchUp = () => {
         for (const host of far) near(uid.get(host), false);
+        // No widget named: the knobs have rested, and the URL is to carry them.
+        near("", false);
       };
       let timer;
       document.addEventListener("gpumem:change", () => {
         clearTimeout(timer);
         timer = setTimeout(catchUp, REST_MS);
       });
-      // A page printed at once still prints every widget up to date.
+      // A page printed or left at once still has every widget, and its URL, up to date.
       window.addEventListener("beforeprint", catchUp);
+      window.addEventListener("pagehide", catchUp);
     })
     .catch((e) => console.error("gpumem widgets failed to start:", e));
 }

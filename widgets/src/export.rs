@@ -44,6 +44,7 @@ fn copy_link(status: Callback<Status>) {
     let Some(w) = web_sys::window() else {
         return;
     };
+    crate::store::url::flush();
     let href = w.location().href().unwrap_or_default();
     let refused = {
         let (status, href) = (status.clone(), href.clone());

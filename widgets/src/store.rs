@@ -138,27 +138,20 @@ fn tell_missed(only: Option<(&str, bool)>) {
 /// Set a chapter's knobs and tell the widgets of that chapter: those near the screen now,
 /// the others when they come near or the knobs rest.
 pub fn publish(page: &str, knobs: Knobs) {
-    let one_chapter = STORE.with(|s| {
+    STORE.with(|s| {
         let mut s = s.borrow_mut();
-        let one = s.chapters <= 1;
         let g = s.group(page);
         g.knobs = Some(knobs.clone());
         for x in g.subscribers.iter_mut() {
             x.pending = Some(knobs.clone());
         }
-        one
     });
     // (Told after the store is let go: a subscriber may (un)subscribe while it is told.)
     tell_missed(None);
-    // The page's script (loader.js) calls `catch_up` once the changes it hears of rest.
+    // The page's script (loader.js) tells the widgets off screen, and has the URL written
+    // (`url::flush`), once the changes it hears of rest.
     #[cfg(target_arch = "wasm32")]
-    {
-        page_events::changed(&knobs);
-        if one_chapter {
-            url::write(&knobs);
-        }
-    }
-    let _ = one_chapter;
+    page_events::changed(&knobs);
 }
 
 /// Set a chapter's knobs before any of its widgets joins (from the URL).
@@ -179,26 +172,35 @@ pub fn pages() -> Vec<String> {
 /// The query string that carries knobs: `?model=llama3.1-8b&batch=4`, in the engine's knob
 /// order, values percent-encoded. Unknown parameters are not ours and are left alone.
 pub fn to_query(k: &Knobs) -> String {
-    let mut parts = Vec::new();
+    let mut out = String::new();
     for key in gpumem::knobs::KNOBS {
         if let Some(v) = k.get(key) {
-            parts.push(format!("{key}={}", percent(v)));
+            if !out.is_empty() {
+                out.push('&');
+            }
+            out.push_str(key);
+            out.push('=');
+            percent(&mut out, v);
         }
     }
-    parts.join("&")
+    out
 }
 
-fn percent(v: &str) -> String {
-    let mut out = String::new();
+/// Append `v` percent-encoded: bytes other than letters, digits and `-._~+` as `%XX`.
+fn percent(out: &mut String, v: &str) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
     for b in v.bytes() {
         match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b'+' => {
                 out.push(b as char)
             }
-            _ => out.push_str(&format!("%{b:02X}")),
+            _ => {
+                out.push('%');
+                out.push(HEX[usize::from(b >> 4)] as char);
+                out.push(HEX[usize::from(b & 15)] as char);
+            }
         }
     }
-    out
 }
 
 fn unpercent(v: &str) -> Option<String> {
@@ -207,8 +209,8 @@ fn unpercent(v: &str) -> Option<String> {
     let mut i = 0;
     while i < b.len() {
         if b[i] == b'%' {
-            let h = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(h, 16).ok()?);
+            let digit = |j: usize| char::from(*b.get(j)?).to_digit(16);
+            out.push((digit(i + 1)? * 16 + digit(i + 2)?) as u8);
             i += 3;
         } else {
             out.push(b[i]);
@@ -263,39 +265,50 @@ pub fn from_query(defaults: &Knobs, query: &str) -> Option<Result<Knobs, String>
     })
 }
 
-/// The page's state in its URL: written on every change (history.replaceState, so the back
+/// The page's state in its URL: written once the knobs rest (history.replaceState, so the back
 /// button is not flooded), read once when the page starts.
 #[cfg(target_arch = "wasm32")]
 pub mod url {
     use crate::Knobs;
 
-    pub fn write(k: &Knobs) {
+    /// Carry the page's knobs in the URL (on a page of one chapter). The page's script calls
+    /// this once the knobs rest, and a copied link before it reads the URL: not on every change,
+    /// as Chromium ignores `history.replaceState` past 200 calls in 10 s, which a slider's drag
+    /// reaches.
+    pub fn flush() {
+        super::STORE.with(|s| {
+            let s = s.borrow();
+            if let (0 | 1, Some(super::Group { knobs: Some(k), .. })) =
+                (s.chapters, s.groups.first())
+            {
+                write(k);
+            }
+        });
+    }
+
+    fn write(k: &Knobs) {
         let Some(w) = web_sys::window() else {
             return;
         };
         let loc = w.location();
-        let path = loc.pathname().unwrap_or_default();
-        let hash = loc.hash().unwrap_or_default();
+        let mut url = loc.pathname().unwrap_or_default();
+        let mut sep = '?';
         // Keep parameters that are not knobs (mdBook's `search`, `highlight`, …).
         let search = loc.search().unwrap_or_default();
-        let mut others: Vec<&str> = search
-            .trim_start_matches('?')
-            .split('&')
-            .filter(|p| {
-                let key = p.split('=').next().unwrap_or("");
-                !p.is_empty() && !gpumem::knobs::KNOBS.contains(&key)
-            })
-            .collect();
         let ours = super::to_query(k);
-        if !ours.is_empty() {
-            others.push(&ours);
+        for p in search.trim_start_matches('?').split('&') {
+            let key = p.split('=').next().unwrap_or("");
+            if !p.is_empty() && !gpumem::knobs::KNOBS.contains(&key) {
+                url.push(sep);
+                url.push_str(p);
+                sep = '&';
+            }
         }
-        let q = others.join("&");
-        let url = if q.is_empty() {
-            format!("{path}{hash}")
-        } else {
-            format!("{path}?{q}{hash}")
-        };
+        if !ours.is_empty() {
+            url.push(sep);
+            url.push_str(&ours);
+        }
+        url.push_str(&loc.hash().unwrap_or_default());
         if let Ok(h) = w.history() {
             let _ = h.replace_state_with_url(&wasm_bindgen::JsValue::NULL, "", Some(&url));
         }
@@ -484,6 +497,30 @@ mod tests {
         assert!(from_query(&page, &format!("?gpu={}", "x".repeat(500)))
             .unwrap()
             .is_err());
+    }
+
+    #[test]
+    fn values_are_percent_encoded_and_decoded_byte_for_byte() {
+        for v in [
+            "a-b.c_d~e+f",
+            "{\"x\": [1, 2]} & = ? # %",
+            "Ünïcödé · 8×H100",
+            "",
+        ] {
+            let mut q = String::new();
+            percent(&mut q, v);
+            assert!(
+                q.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-._~+%".contains(&b)),
+                "{q}"
+            );
+            assert_eq!(unpercent(&q).as_deref(), Some(v), "{q}");
+        }
+        assert_eq!(unpercent("%3c%3E").as_deref(), Some("<>"));
+        // A broken escape, or bytes that are not UTF-8, are refused.
+        for bad in ["%", "%4", "%G0", "%+1", "%-1", "%FF"] {
+            assert_eq!(unpercent(bad), None, "{bad}");
+        }
     }
 
     #[test]
