@@ -108,9 +108,9 @@ pub fn use_checked_set(set: Callback<Knobs>) -> (Callback<Knobs>, Option<String>
 
 /// A model on the size slider.
 #[derive(Clone, Debug, PartialEq)]
-struct Rung {
-    name: &'static str,
-    params: u64,
+pub struct Rung {
+    pub name: &'static str,
+    pub params: u64,
 }
 
 thread_local! {
@@ -127,7 +127,7 @@ thread_local! {
 
 /// The models the size slider steps through: presets between `min` and `max` billion
 /// parameters (nominal sizes: a 0.49B model counts as 0.5B), plus the current one.
-fn ladder(min_b: f64, max_b: f64, current: &str) -> Vec<Rung> {
+pub fn ladder(min_b: f64, max_b: f64, current: &str) -> Vec<Rung> {
     LADDER.with(|all| {
         all.iter()
             .filter(|r| {

@@ -9,7 +9,7 @@ use std::rc::Rc;
 use gpumem::arch::{Architecture, Family};
 use gpumem::plan::{Candidate, Plan, Request};
 use gpumem::scenario::Model;
-use gpumem::{gpu, hf, knobs, presets, Estimate, Scenario};
+use gpumem::{gpu, hf, knobs, Estimate, Scenario};
 use web_sys::{HtmlInputElement, HtmlTextAreaElement};
 use yew::prelude::*;
 
@@ -310,12 +310,14 @@ pub fn use_parallelism(init: &Init) -> Html {
         Model::Arch { arch, .. } => Some(arch.clone()),
         _ => None,
     };
-    let mut models: Vec<(String, String)> = presets::all()
+    // Every preset, smallest first (their sizes worked out once for the page, not on every
+    // change: most presets are config.json texts to parse).
+    let mut models: Vec<(String, String)> = crate::allocator::ladder(0.0, f64::MAX, "")
         .into_iter()
-        .map(|pr| {
+        .map(|r| {
             (
-                pr.name.to_string(),
-                format!("{} ({})", pr.name, params(pr.arch.params().total)),
+                r.name.to_string(),
+                format!("{} ({})", r.name, params(r.params)),
             )
         })
         .collect();
