@@ -859,6 +859,29 @@ fn the_5d_panel_takes_a_pasted_config_refuses_a_hostile_one_and_applies_a_planne
         .as_str()
         .unwrap()
         .starts_with("llama3.1-70b · 64 GPUs"));
+    // The planner's table as rendered live: a header row of eight columns over rows of eight
+    // cells (a header written as one raw string lost its row and cells to the HTML parser,
+    // which reads such a string outside any table).
+    let table = c
+        .eval(
+            "const t = document.querySelector('[data-widget=parallelism] table.gm-plan'); \
+             return [t.querySelectorAll('thead > tr > th[scope=col]').length, \
+                     [...t.tBodies[0].rows].map(r => r.cells.length), \
+                     t.tHead.rows[0].cells[1].textContent, t.caption.textContent]",
+            json!([]),
+        )
+        .unwrap();
+    assert_eq!(table[0], 8, "{table}");
+    let rows = table[1].as_array().unwrap();
+    assert!(!rows.is_empty() && rows.iter().all(|n| n == 8), "{table}");
+    assert_eq!(table[2], "dp×tp×pp×cp×ep", "{table}");
+    assert!(
+        table[3]
+            .as_str()
+            .unwrap()
+            .contains("The fastest (up to 5) are listed"),
+        "{table}"
+    );
     let box_ = c.find("[data-widget=parallelism] textarea").unwrap();
 
     // Hostile: markup in a value. Refused with the engine's reason, shown as text; nothing runs.
@@ -1326,6 +1349,15 @@ for (const t of document.querySelectorAll('svg.gm-chart text')) {
   const m = t.getScreenCTM();
   const px = parseFloat(getComputedStyle(t).fontSize) * Math.hypot(m.a, m.b);
   if (px < 10.9) bad.push(`chart text ${px.toFixed(1)} px: "${t.textContent.slice(0, 30)}"`);
+  // Inside its chart: a label below the SVG runs under the toolbar.
+  const sr = t.ownerSVGElement.getBoundingClientRect(), tr = t.getBoundingClientRect();
+  if (tr.bottom > sr.bottom + 1 || tr.top < sr.top - 1)
+    bad.push(`chart text outside its chart: "${t.textContent.slice(0, 30)}"`);
+}
+// The ledger's and the precision table's columns all in view (the planner's table may scroll).
+for (const box of document.querySelectorAll('.gm-ledger .gm-scroll, .gm-precision .gm-scroll')) {
+  if (box.scrollWidth > box.clientWidth + 1)
+    bad.push(`${box.parentElement.dataset.widget} table wider than its box (${box.scrollWidth} > ${box.clientWidth})`);
 }
 for (const tag of document.querySelectorAll('.katex-display .tag')) {
   const tr = tag.getBoundingClientRect();

@@ -256,7 +256,6 @@ pub fn use_live_marker() -> NodeRef {
 pub fn use_allocator(init: &Init) -> Html {
     let (k, set) = use_knobs(init);
     let root = use_live_marker();
-    let uid = &init.uid;
     let model = k
         .get("model")
         .unwrap_or(gpumem::knobs::DEFAULT_MODEL)
@@ -365,8 +364,8 @@ pub fn use_allocator(init: &Init) -> Html {
         tokens(seq),
         precision_label(&precision)
     );
-    let title_id = format!("{uid}-title");
-    let summary_id = format!("{uid}-summary");
+    let title_id = init.id("title");
+    let summary_id = init.id("summary");
 
     let body = match k.estimate() {
         Err(e) => {
@@ -437,14 +436,14 @@ pub fn use_allocator(init: &Init) -> Html {
             </figcaption>
             { body }
             <div class="gm-controls">
-                { slider(format!("{uid}-model"), "Model", (0, rungs.len().saturating_sub(1) as i64),
+                { slider(init.id("model"), "Model", (0, rungs.len().saturating_sub(1) as i64),
                     model_at as i64, model_text, on_model) }
-                { count_slider(format!("{uid}-batch"), "Batch", (batch_min, batch_max),
+                { count_slider(init.id("batch"), "Batch", (batch_min, batch_max),
                     batch, batch.to_string(), on_batch) }
-                { slider(format!("{uid}-seq"), "Sequence", (0, steps.len().saturating_sub(1) as i64),
+                { slider(init.id("seq"), "Sequence", (0, steps.len().saturating_sub(1) as i64),
                     seq_at as i64, format!("{} tokens", tokens(seq)), on_seq) }
-                { radio_group(format!("{uid}-precision"), "Precision", pills, precision, on_precision) }
-                { select(format!("{uid}-gpu"), "GPU", gpus, selected_gpu, on_gpu) }
+                { radio_group(init.id("precision"), "Precision", pills, precision, on_precision) }
+                { select(init.id("gpu"), "GPU", gpus, selected_gpu, on_gpu) }
             </div>
         </figure>
     }

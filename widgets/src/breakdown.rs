@@ -139,7 +139,7 @@ pub fn use_breakdown(init: &Init) -> Html {
     let (try_set, refused_msg) = use_checked_set(set);
     let uid = &init.uid;
     let (title_id, summary_id) = (format!("{uid}-title"), format!("{uid}-summary"));
-    let toolbar = use_toolbar(format!("gpumem-breakdown-{}", init.uid), settings(&k));
+    let toolbar = use_toolbar(init, settings(&k));
     let got = k.scenario().and_then(|s| k.estimate().map(|e| (s, e)));
     let (s, e) = match got {
         Ok(x) => x,
@@ -242,11 +242,18 @@ pub fn use_breakdown(init: &Init) -> Html {
         blocks[i].y = yv;
         floor = yv - 13.0;
     }
-    let shift = (TOP + 10.0 - order.last().map_or(TOP + 10.0, |&i| blocks[i].y)).max(0.0);
+    // Then top-down: none above the chart's top, each below the one above it. The chart is
+    // as tall as the labels need, so packed from the top they still end above its bottom
+    // (shifting them all down instead ran the lowest past it, under the toolbar).
+    let mut ceiling = TOP + 10.0;
+    for &i in order.iter().rev() {
+        blocks[i].y = blocks[i].y.max(ceiling);
+        ceiling = blocks[i].y + height_of(&blocks[i]);
+    }
     let labels: Html = blocks
         .iter()
         .map(|b| {
-            let ly = b.y + shift;
+            let ly = b.y;
             let cap = b.key == "capacity";
             let (class, main_class) = if cap {
                 ("gm-ann gm-ann-cap".to_string(), "gm-caplabel")

@@ -205,12 +205,13 @@ pub struct Status {
 }
 
 /// Copy a permalink to this view; save the chart as SVG or PNG. Hidden until the widget is
-/// live (the buttons need the script). `name` is the widget's file name for exports (from its
-/// uid), `settings` the scenario written into exported files. A hook rather than a component
+/// live (the buttons need the script). Exported files are named after the widget and its uid
+/// (`gpumem-zero-3.svg`); `settings` is the scenario written into them. A hook rather than a component
 /// (Yew's code for a component type is not in the wasm for it): call it with the widget's
 /// other hooks.
 #[hook]
-pub fn use_toolbar(name: String, settings: String) -> Html {
+pub fn use_toolbar(init: &crate::Init, settings: String) -> Html {
+    let name = format!("gpumem-{}-{}", init.widget, init.uid);
     let status = use_state(Status::default);
     let act = |what: &'static str| {
         let status = status.clone();

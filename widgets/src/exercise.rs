@@ -237,7 +237,6 @@ pub fn use_exercise(init: &Init) -> Html {
     // makes it stale).
     // (Right answers are the verdicts that begin with ✓.)
     let result = use_state(|| None::<(Knobs, String)>);
-    let uid = &init.uid;
     let opt = |key: &str| init.option(key).unwrap_or("").to_string();
     let (ask, with, format, solution) = (opt("ask"), opt("with"), opt("format"), opt("solution"));
     let tolerance = init
@@ -276,14 +275,14 @@ pub fn use_exercise(init: &Init) -> Html {
             format!(" · with {}", with.replace(' ', ", "))
         }
     );
-    let field = format!("{uid}-answer");
+    let field = init.id("answer");
     html! {
-        <figure class="gm gm-exercise" data-widget="exercise" data-ask={ask.clone()} ref={root} aria-labelledby={format!("{uid}-q")}>
+        <figure class="gm gm-exercise" data-widget="exercise" data-ask={ask.clone()} ref={root} aria-labelledby={init.id("q")}>
             <figcaption class="gm-head">
                 <span class="gm-title">{ "Exercise" }</span>
                 <span class="gm-sub">{ sub }</span>
             </figcaption>
-            <p class="gm-question" id={format!("{uid}-q")}>{ opt("question") }</p>
+            <p class="gm-question" id={init.id("q")}>{ opt("question") }</p>
             <form class="gm-ex-form" onsubmit={on_check}>
                 <label for={field.clone()}>{ format!("Your answer ({})", unit.name()) }</label>
                 <input id={field} ref={input} type="text" inputmode="decimal" autocomplete="off" spellcheck="false" />

@@ -77,7 +77,7 @@ pub fn use_ledger(init: &Init) -> Html {
         if loss {
             let _ = write!(
                 t,
-                "<td>{}</td>",
+                r#"<td data-label="Pass">{}</td>"#,
                 if r.backward { "backward" } else { "forward" }
             );
         }
@@ -88,7 +88,7 @@ pub fn use_ledger(init: &Init) -> Html {
         };
         let _ = write!(
             t,
-            r#"<th scope="row">{}</th><td>{}</td><td>{shape}</td><td>{}</td><td class="gm-num"><span class="gm-swatch gm-c-{}" aria-hidden="true"></span> {}</td></tr>"#,
+            r#"<th scope="row">{}</th><td>{}</td><td data-label="Shape">{shape}</td><td data-label="dtype">{}</td><td class="gm-num" data-label="Size"><span class="gm-swatch gm-c-{}" aria-hidden="true"></span> {}</td></tr>"#,
             esc(r.op),
             esc(&r.role),
             r.dtype.map_or("", |d| d.name()),

@@ -70,14 +70,13 @@ pub fn levers(init: &Init, knobs: &Knobs, on_change: &Callback<Knobs>) -> Html {
     let Some(list) = init.option("levers") else {
         return html! {};
     };
-    let uid = &init.uid;
     let k = knobs;
     let radio = |key: &'static str, label: &'static str, opts: &[(&str, &str)], dflt: &str| {
         let selected = k.get(key).unwrap_or(dflt).to_string();
         let (k, cb) = (k.clone(), on_change.clone());
         let on_change = Callback::from(move |v: String| cb.emit(k.with(key, v)));
         radio_group(
-            format!("{uid}-{key}"),
+            init.id(key),
             label,
             opts.iter()
                 .map(|(a, b)| (a.to_string(), b.to_string()))
@@ -126,7 +125,7 @@ pub fn levers(init: &Init, knobs: &Knobs, on_change: &Callback<Knobs>) -> Html {
                 "standard",
             ),
             "finetune" => radio_group(
-                format!("{uid}-finetune"),
+                init.id("finetune"),
                 "Fine-tuning",
                 [
                     ("full", "full"),
@@ -140,7 +139,7 @@ pub fn levers(init: &Init, knobs: &Knobs, on_change: &Callback<Knobs>) -> Html {
                 tune(|t, v| t.method = v),
             ),
             "rank" if lora => select(
-                format!("{uid}-rank"),
+                init.id("rank"),
                 "LoRA rank",
                 ["4", "8", "16", "32", "64", "128", "256"]
                     .iter()
@@ -155,7 +154,7 @@ pub fn levers(init: &Init, knobs: &Knobs, on_change: &Callback<Knobs>) -> Html {
                 tune(|t, v| t.rank = v),
             ),
             "targets" if lora => select(
-                format!("{uid}-targets"),
+                init.id("targets"),
                 "Adapters on",
                 TARGETS
                     .iter()

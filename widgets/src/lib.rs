@@ -190,6 +190,11 @@ pub struct Init {
 }
 
 impl Init {
+    /// The id of an element inside the widget: the widget's own, then what it is.
+    pub fn id(&self, what: &str) -> String {
+        format!("{}-{what}", self.uid)
+    }
+
     /// Read back what [`host_html`] wrote. By hand rather than by a serde derive: the derive's
     /// error paths would bring float formatting into the wasm.
     pub fn from_json(text: &str) -> Result<Init, String> {

@@ -266,6 +266,18 @@ fn stage_chart(e: &Estimate, w: f64) -> Html {
     }
 }
 
+/// The planner table's column headings, as markup (the last, "Apply", for screen readers only).
+const HEADS: [&str; 8] = [
+    "#",
+    "dp×tp×pp×cp×ep",
+    "Sharding",
+    "Micro-batch × steps",
+    "Also",
+    "Per GPU",
+    "Step (est.)",
+    "<span class=\"gm-sr\">Apply</span>",
+];
+
 /// The parallelism widget, as a hook of the one widget component ([`crate::Widget`]).
 #[hook]
 pub fn use_parallelism(init: &Init) -> Html {
@@ -274,10 +286,10 @@ pub fn use_parallelism(init: &Init) -> Html {
     let (svg_ref, w) = use_width();
     // What became of the last paste, as the page says it ("Applied: …" or "Not applied: …").
     let paste = use_state(|| None::<String>);
-    let uid = &init.uid;
-    let (title_id, summary_id) = (format!("{uid}-title"), format!("{uid}-summary"));
+    let id = |what: &str| init.id(what);
+    let (title_id, summary_id) = (id("title"), id("summary"));
     let (try_set, refused) = use_checked_set(set.clone());
-    let toolbar = use_toolbar(format!("gpumem-parallelism-{}", init.uid), settings(&k));
+    let toolbar = use_toolbar(init, settings(&k));
     let got = k.scenario().and_then(|s| k.estimate().map(|e| (s, e)));
     let (s, e) = match got {
         Ok(x) => x,
@@ -348,7 +360,7 @@ pub fn use_parallelism(init: &Init) -> Html {
                         let f = *f;
                         Callback::from(move |v: u64| try_set.emit(with_field(&k, &a, f, v)))
                     };
-                    let mut field = num(format!("{uid}-{f}"), label, field_value(a, f), on_change);
+                    let mut field = num(id(f), label, field_value(a, f), on_change);
                     // Keyed: a field that comes or goes (a mixture of experts' two) leaves
                     // the others, their text and focus, alone.
                     if let Html::VTag(t) = &mut field {
@@ -491,7 +503,7 @@ pub fn use_parallelism(init: &Init) -> Html {
     };
     let plan_caption = match &*plan {
         Some(pl) => format!(
-            "Layouts of {gpus} GPUs for a global batch of {} sequences: {} of {} fit. Fastest first, by the planner's cost model.",
+            "Layouts of {gpus} GPUs for a global batch of {} sequences: {} of {} fit. The fastest (up to {TOP}) are listed, by the planner's cost model.",
             pl.global_batch, pl.fitting, pl.considered
         ),
         None => String::new(),
@@ -538,36 +550,36 @@ pub fn use_parallelism(init: &Init) -> Html {
             <div class="gm-panels">
                 <fieldset class="gm-panel">
                     <legend>{ "Model" }</legend>
-                    { select(format!("{uid}-model"), "Preset", models, model_sel, on_model) }
+                    { select(id("model"), "Preset", models, model_sel, on_model) }
                     // In a box of their own: fields that come and go (a mixture of experts'
                     // have two more) leave the paste box below, its text and focus, alone.
                     <div class="gm-fields">{ fields }</div>
                     <div class="gm-control gm-paste">
-                        <label for={format!("{uid}-config")}>{ "…or paste a config.json" }</label>
-                        <textarea id={format!("{uid}-config")} rows="3" spellcheck="false"
+                        <label for={id("config")}>{ "…or paste a config.json" }</label>
+                        <textarea id={id("config")} rows="3" spellcheck="false"
                             placeholder="{\"model_type\": \"llama\", \"hidden_size\": 4096, …}" oninput={on_paste} />
                     </div>
                     { paste_note }
                 </fieldset>
                 <fieldset class="gm-panel">
                     <legend>{ "Training" }</legend>
-                    { num(format!("{uid}-batch"), "Micro-batch", s.batch, knob("batch")) }
-                    { select(format!("{uid}-seq"), "Sequence", seqs, s.seq.to_string(), choice("seq")) }
-                    { num(format!("{uid}-accum"), "Gradient accumulation", p.grad_accum.max(1), knob("grad-accum")) }
-                    { select(format!("{uid}-precision"), "Precision", precisions, precision, choice("precision")) }
-                    { select(format!("{uid}-recompute"), "Recomputation", opts(&[("none", "none"), ("selective", "selective"), ("full", "full")]), k.get("recompute").unwrap_or("none").to_string(), choice("recompute")) }
-                    { select(format!("{uid}-gpu"), "GPU", gpu_opts, gpu_sel, on_gpu) }
+                    { num(id("batch"), "Micro-batch", s.batch, knob("batch")) }
+                    { select(id("seq"), "Sequence", seqs, s.seq.to_string(), choice("seq")) }
+                    { num(id("accum"), "Gradient accumulation", p.grad_accum.max(1), knob("grad-accum")) }
+                    { select(id("precision"), "Precision", precisions, precision, choice("precision")) }
+                    { select(id("recompute"), "Recomputation", opts(&[("none", "none"), ("selective", "selective"), ("full", "full")]), k.get("recompute").unwrap_or("none").to_string(), choice("recompute")) }
+                    { select(id("gpu"), "GPU", gpu_opts, gpu_sel, on_gpu) }
                 </fieldset>
                 <fieldset class="gm-panel">
                     <legend>{ format!("Parallelism: {gpus} GPUs") }</legend>
-                    { num(format!("{uid}-dp"), "Data (dp)", p.dp, knob("dp")) }
-                    { num(format!("{uid}-tp"), "Tensor + sequence (tp)", p.tp, knob("tp")) }
-                    { num(format!("{uid}-pp"), "Pipeline (pp)", p.pp, knob("pp")) }
-                    { num(format!("{uid}-cp"), "Context (cp)", p.cp, knob("cp")) }
-                    { num(format!("{uid}-ep"), "Expert (ep)", p.ep, knob("ep")) }
-                    { select(format!("{uid}-framework"), "Framework", opts(&[("fsdp", "PyTorch FSDP"), ("deepspeed", "DeepSpeed"), ("megatron", "Megatron-LM")]), framework.clone(), choice("framework")) }
-                    { radio_group(format!("{uid}-zero"), "Sharding", opts(zero_labels), p.zero.to_string(), choice("zero-stage")) }
-                    { select(format!("{uid}-offload"), "Offload to CPU", opts(&[("none", "none"), ("optimizer", "optimizer states"), ("optimizer+params", "optimizer + parameters")]), k.get("offload").unwrap_or("none").to_string(), choice("offload")) }
+                    { num(id("dp"), "Data (dp)", p.dp, knob("dp")) }
+                    { num(id("tp"), "Tensor + sequence (tp)", p.tp, knob("tp")) }
+                    { num(id("pp"), "Pipeline (pp)", p.pp, knob("pp")) }
+                    { num(id("cp"), "Context (cp)", p.cp, knob("cp")) }
+                    { num(id("ep"), "Expert (ep)", p.ep, knob("ep")) }
+                    { select(id("framework"), "Framework", opts(&[("fsdp", "PyTorch FSDP"), ("deepspeed", "DeepSpeed"), ("megatron", "Megatron-LM")]), framework.clone(), choice("framework")) }
+                    { radio_group(id("zero"), "Sharding", opts(zero_labels), p.zero.to_string(), choice("zero-stage")) }
+                    { select(id("offload"), "Offload to CPU", opts(&[("none", "none"), ("optimizer", "optimizer states"), ("optimizer+params", "optimizer + parameters")]), k.get("offload").unwrap_or("none").to_string(), choice("offload")) }
                 </fieldset>
             </div>
             if let Some(msg) = &refused {
@@ -587,7 +599,9 @@ pub fn use_parallelism(init: &Init) -> Html {
             <div class="gm-scroll"><table class="gm-table gm-plan">
                 <caption>{ plan_caption }</caption>
                 // A header that never changes, as one string.
-                <thead>{ Html::from_html_unchecked(AttrValue::Static(r#"<tr><th scope="col">#</th><th scope="col">dp×tp×pp×cp×ep</th><th scope="col">Sharding</th><th scope="col">Micro-batch × steps</th><th scope="col">Also</th><th scope="col">Per GPU</th><th scope="col">Step (est.)</th><th scope="col"><span class="gm-sr">Apply</span></th></tr>"#)) }</thead>
+                // (Elements, not a raw string: a raw `<tr>` is parsed outside any table, and
+                // the browser drops the row's tags.)
+                <thead><tr>{ for HEADS.iter().map(|h| el("th", &["scope"], vec!["col".into()], Html::from_html_unchecked((*h).into()))) }</tr></thead>
                 <tbody>{ plan_rows }</tbody>
             </table></div>
             { toolbar }

@@ -174,8 +174,7 @@ fn bytes_per(d: Option<DType>) -> String {
 pub fn use_precision(init: &Init) -> Html {
     let (k, set) = use_knobs(init);
     let root = use_live_marker();
-    let uid = &init.uid;
-    let (title_id, summary_id) = (format!("{uid}-title"), format!("{uid}-summary"));
+    let (title_id, summary_id) = (init.id("title"), init.id("summary"));
     let (try_set, refused) = use_checked_set(set.clone());
     let got = k.scenario().and_then(|s| k.estimate().map(|e| (s, e)));
     let (s, e) = match got {
@@ -190,7 +189,7 @@ pub fn use_precision(init: &Init) -> Html {
     let rows: Html = parts(&s.precision)
         .into_iter()
         .map(|part| {
-            let id = format!("{uid}-{}", part.key);
+            let id = init.id(part.key);
             let selected = part.dtype.map(DType::name).unwrap_or("none");
             let onchange = {
                 let (k, try_set, p) = (k.clone(), try_set.clone(), s.precision.clone());
@@ -244,7 +243,7 @@ pub fn use_precision(init: &Init) -> Html {
                 <span class="gm-sub">{ format!("{} · {} · {}", e.model, recipe_name, s.optimizer.name()) }</span>
             </figcaption>
             <div class="gm-controls">
-                { radio_group(format!("{uid}-recipe"), "Recipe",
+                { radio_group(init.id("recipe"), "Recipe",
                     RECIPES.iter().map(|(v, l)| (v.to_string(), l.to_string())).collect(),
                     recipe, on_recipe) }
             </div>

@@ -200,7 +200,7 @@ pub fn use_sweep(init: &Init) -> Html {
     let (try_set, refused_msg) = use_checked_set(set);
     let uid = &init.uid;
     let (title_id, summary_id) = (format!("{uid}-title"), format!("{uid}-summary"));
-    let toolbar = use_toolbar(format!("gpumem-sweep-{}", init.uid), settings(&k));
+    let toolbar = use_toolbar(init, settings(&k));
     let axis_name = init.option("axis").unwrap_or("seq");
     let (knob, lo, hi, log_default) = axis(axis_name);
     let scale = use_state(|| match init.option("scale") {

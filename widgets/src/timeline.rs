@@ -364,7 +364,7 @@ pub fn use_timeline(init: &Init) -> Html {
     // (the peak until then, and again once the page changes).
     let shown = use_state(|| None::<(Knobs, String)>);
     let uid = &init.uid;
-    let toolbar = use_toolbar(format!("gpumem-timeline-{}", init.uid), settings(&k));
+    let toolbar = use_toolbar(init, settings(&k));
     let (title_id, summary_id) = (format!("{uid}-title"), format!("{uid}-summary"));
     let e = match k.estimate() {
         Ok(e) => e,

@@ -105,8 +105,7 @@ pub fn use_zero(init: &Init) -> Html {
     let (k, set) = use_knobs(init);
     let root = use_live_marker();
     let (svg_ref, w) = use_width();
-    let uid = init.uid.clone();
-    let toolbar = use_toolbar(format!("gpumem-zero-{uid}"), settings(&k));
+    let toolbar = use_toolbar(init, settings(&k));
     let (lo, hi) = (1e8f64, 1e12f64);
     let preset_params = k
         .scenario()
@@ -303,7 +302,7 @@ pub fn use_zero(init: &Init) -> Html {
         })
         .collect();
     let bpp: f64 = segments.iter().map(|s| s.bytes_per_param).sum();
-    let (title_id, summary_id) = (format!("{uid}-title"), format!("{uid}-summary"));
+    let (title_id, summary_id) = (init.id("title"), init.id("summary"));
     html! {
         <figure class="gm gm-zero" data-widget="zero" ref={root} aria-labelledby={title_id.clone()}
             aria-describedby={summary_id.clone()} {onkeydown}>
@@ -345,11 +344,11 @@ pub fn use_zero(init: &Init) -> Html {
                     if stage > 0 { format!(" → {} per GPU", sum_gpu.gib(total_gpu)) } else { String::new() }) }</strong></li>
             </ul>
             <div class="gm-controls">
-                { slider(format!("{uid}-params"), "Parameters", (0, STEPS), pos.clamp(0, STEPS),
+                { slider(init.id("params"), "Parameters", (0, STEPS), pos.clamp(0, STEPS),
                     format!("{} parameters", params(np as u64)), on_slider) }
-                { slider(format!("{uid}-gpus"), "GPUs", (0, 12), (gpus as f64).log2().round() as i64,
+                { slider(init.id("gpus"), "GPUs", (0, 12), (gpus as f64).log2().round() as i64,
                     format!("{gpus} GPUs"), on_gpus) }
-                { radio_group(format!("{uid}-stage"), "ZeRO stage",
+                { radio_group(init.id("stage"), "ZeRO stage",
                     ["none", "stage 1", "stage 2", "stage 3"].iter().enumerate().map(|(s, l)| (s.to_string(), l.to_string())).collect(),
                     stage.to_string(), on_radio) }
                 <div class="gm-presets" role="group" aria-label="Presets">
