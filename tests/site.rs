@@ -1248,7 +1248,7 @@ const opacity = el => { let o = 1; for (let e = el; e; e = e.parentElement) o *=
 const visible = el => el.getClientRects().length > 0 && !el.closest('.gm-sr, title, option, .katex-mathml')
   && getComputedStyle(el).visibility !== 'hidden';
 const bad = [];
-for (const el of document.querySelectorAll('.gm *, .gm-cite *, .gm-notice')) {
+for (const el of document.querySelectorAll('.gm *, .gm-cite *, .gm-notice, main table th, main table td')) {
   const own = [...el.childNodes].some(n => n.nodeType === 3 && n.textContent.trim());
   if (!own || !visible(el)) continue;
   const s = getComputedStyle(el);
@@ -1262,6 +1262,13 @@ for (const el of document.querySelectorAll('.gm *, .gm-cite *, .gm-notice')) {
   const large = size >= 24 || (size >= 18.66 && Number(s.fontWeight) >= 700);
   const r = ratio(over(fg, bg), bg);
   if (r < (large ? 3 : 4.5) - 0.01) bad.push(`text ${r.toFixed(2)}:1 "${el.textContent.trim().slice(0, 40)}" (${el.className.baseVal ?? el.className})`);
+}
+// A text box's placeholder (the browser's own grey is too faint on the dark themes).
+for (const el of document.querySelectorAll('.gm textarea[placeholder]')) {
+  if (!visible(el)) continue;
+  const fg = parse(getComputedStyle(el, '::placeholder').color), bg = background(el);
+  const r = ratio(over(fg, bg), bg);
+  if (r < 4.49) bad.push(`placeholder ${r.toFixed(2)}:1 (${el.id})`);
 }
 for (const el of document.querySelectorAll('.gm [class*="gm-f-"], .gm .gm-swatch, .gm .gm-seg')) {
   if (!visible(el)) continue;
