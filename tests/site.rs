@@ -1361,6 +1361,26 @@ for (const t of document.querySelectorAll('svg.gm-chart text')) {
   if (tr.bottom > sr.bottom + 1 || tr.top < sr.top - 1)
     bad.push(`chart text outside its chart: "${t.textContent.slice(0, 30)}"`);
 }
+// No marker line runs through a chart's label: a halo hides a line along the letters, not
+// between them. (Vertical lines: capacities, "stops fitting", the peak op's outline.)
+for (const svg of document.querySelectorAll('svg.gm-chart')) {
+  const vlines = [];
+  for (const ln of svg.querySelectorAll('line.gm-capline, line.gm-overline')) {
+    const r = ln.getBoundingClientRect();
+    if (r.width < 1 && r.height > 0) vlines.push([r.left, r.top, r.bottom]);
+  }
+  for (const pk of svg.querySelectorAll('.gm-peak-op')) {
+    const r = pk.getBoundingClientRect();
+    vlines.push([r.left, r.top, r.bottom], [r.right, r.top, r.bottom]);
+  }
+  for (const t of svg.querySelectorAll('text.gm-caplabel, text.gm-overlabel, text.gm-peaklabel, text.gm-ann-main')) {
+    const r = t.getBoundingClientRect();
+    if (!r.width) continue;
+    for (const [x, y0, y1] of vlines)
+      if (x > r.left + 1 && x < r.right - 1 && y1 > r.top + 3 && y0 < r.bottom - 3)
+        bad.push(`a line crosses the label "${t.textContent.slice(0, 30)}"`);
+  }
+}
 // The ledger's and the precision table's columns all in view (the planner's table may scroll).
 for (const box of document.querySelectorAll('.gm-ledger .gm-scroll, .gm-precision .gm-scroll')) {
   if (box.scrollWidth > box.clientWidth + 1)

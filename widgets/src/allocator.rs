@@ -89,9 +89,10 @@ pub fn key_legend(keys: &[&'static str]) -> Html {
 }
 
 /// The page's knobs through the engine first: a change it refuses is not applied, and the
-/// returned message (for a `role=alert`) says why; the page keeps its state.
+/// returned paragraph (`role=alert`, empty while nothing is refused) says why; the page keeps
+/// its state.
 #[hook]
-pub fn use_checked_set(set: Callback<Knobs>) -> (Callback<Knobs>, Option<String>) {
+pub fn use_checked_set(set: Callback<Knobs>) -> (Callback<Knobs>, Html) {
     let refused = use_state(|| None::<String>);
     let try_set = {
         let refused = refused.clone();
@@ -103,7 +104,13 @@ pub fn use_checked_set(set: Callback<Knobs>) -> (Callback<Knobs>, Option<String>
             Err(e) => refused.set(Some(e.to_string())),
         })
     };
-    (try_set, (*refused).clone())
+    let note = match &*refused {
+        Some(msg) => {
+            html! { <p class="gm-error" role="alert">{ format!("Not applied: {msg}") }</p> }
+        }
+        None => html! {},
+    };
+    (try_set, note)
 }
 
 /// A model on the size slider.

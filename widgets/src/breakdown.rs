@@ -323,9 +323,7 @@ pub fn use_breakdown(init: &Init) -> Html {
                     match &s.finetune { Finetune::Lora(l) => format!(" · {} rank {}", if l.quantized { "QLoRA" } else { "LoRA" }, l.rank), Finetune::Full => String::new() }) }</span>
             </figcaption>
             { levers(init, &k, &try_set) }
-            if let Some(msg) = &refused_msg {
-                <p class="gm-error" role="alert">{ format!("Not applied: {msg}") }</p>
-            }
+            { refused_msg }
             <svg class="gm-chart" ref={svg_ref} viewBox={format!("0 0 {} {}", n(w), n(h))} role="img" aria-labelledby={summary_id.clone()}>
                 { axis }
                 { for rects }

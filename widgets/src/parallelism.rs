@@ -582,9 +582,7 @@ pub fn use_parallelism(init: &Init) -> Html {
                     { select(id("offload"), "Offload to CPU", opts(&[("none", "none"), ("optimizer", "optimizer states"), ("optimizer+params", "optimizer + parameters")]), k.get("offload").unwrap_or("none").to_string(), choice("offload")) }
                 </fieldset>
             </div>
-            if let Some(msg) = &refused {
-                <p class="gm-error" role="alert">{ format!("Not applied: {msg}") }</p>
-            }
+            { refused }
             { verdict_p(!over, if over { format!("✗ {} per GPU{worst}: exceeds {} on {} by {gap}", Sum::of(dev).gib(dev), gib(cap), e.gpu) }
                   else { format!("✓ {} per GPU{worst}, {gap} headroom", Sum::of(dev).gib(dev)) }, false) }
             <svg class="gm-chart" ref={svg_ref} viewBox={format!("0 0 {} {}", n(w), n(H))} role="img" aria-labelledby={summary_id.clone()}>

@@ -252,9 +252,7 @@ pub fn use_precision(init: &Init) -> Html {
                     <th scope="col">{ "Bytes per value" }</th><th scope="col">{ "On this GPU" }</th></tr></thead>
                 <tbody>{ rows }</tbody>
             </table></div>
-            if let Some(msg) = &refused {
-                <p class="gm-error" role="alert">{ format!("Not applied: {msg}") }</p>
-            }
+            { refused }
             <p class="gm-total">
                 <span class="gm-label">{ "Total" }</span>
                 <strong class="gm-big" data-value="total">{ Sum::of(total).gib(total) }</strong>

@@ -382,6 +382,13 @@ pub fn use_sweep(init: &Init) -> Html {
         Callback::from(move |v: String| scale.set(v == "log"))
     };
     let over_x = first.as_ref().map(|c| pos(c.0 as f64));
+    // The capacity's name at the left, or at the right where the "stops fitting" line would
+    // run through it (a halo does not hide a line between letters).
+    let cap_label = fit(&cap_label, w - l - r - 10.0);
+    let (cap_x, cap_anchor) = match over_x {
+        Some(ox) if ox < l + 10.0 + text_width(&cap_label) => (w - r - 4.0, "end"),
+        _ => (l + 4.0, "start"),
+    };
     html! {
         <figure class="gm gm-sweep" data-widget="sweep" ref={root} aria-labelledby={title_id.clone()}
             aria-describedby={summary_id.clone()}>
@@ -390,9 +397,7 @@ pub fn use_sweep(init: &Init) -> Html {
                 <span class="gm-sub">{ format!("{} · {}", k.get("model").unwrap_or(gpumem::knobs::DEFAULT_MODEL), gpu) }</span>
             </figcaption>
             { levers(init, &k, &try_set) }
-            if let Some(msg) = &refused_msg {
-                <p class="gm-error" role="alert">{ format!("Not applied: {msg}") }</p>
-            }
+            { refused_msg }
             <svg class="gm-chart" ref={svg_ref} viewBox={format!("0 0 {} {}", n(w), n(H))} role="img" aria-labelledby={summary_id.clone()}>
                 { for tk.iter().map(|&t| html! {
                     <g class="gm-tick">
@@ -408,7 +413,7 @@ pub fn use_sweep(init: &Init) -> Html {
                     <text class="gm-overlabel gm-halo" x={n(if ox > w - r - 90.0 { ox - 4.0 } else { ox + 4.0 })} y={n(TOP + 24.0)}
                         text-anchor={if ox > w - r - 90.0 { "end" } else { "start" }}>{ format!("✗ from {}", label(c.0)) }</text>
                 }
-                <text class="gm-caplabel gm-halo" x={n(l + 4.0)} y={n(y(cap) - 5.0)}>{ fit(&cap_label, w - l - r - 10.0) }</text>
+                <text class="gm-caplabel gm-halo" x={n(cap_x)} y={n(y(cap) - 5.0)} text-anchor={cap_anchor}>{ cap_label }</text>
                 { for marks.iter().map(|(mx, t)| html! {
                     <text class="gm-phase" x={n(*mx)} y={n(BOTTOM + 15.0)}
                         text-anchor={if *mx - text_width(t) / 2.0 < l - 20.0 { "start" } else if *mx + text_width(t) / 2.0 > w { "end" } else { "middle" }}>{ t.clone() }</text>

@@ -564,12 +564,15 @@ pub fn use_timeline(init: &Init) -> Html {
     } else {
         peak.at.what.to_string()
     };
+    // Beside the peak's column, clear of its dashed outline.
+    let right = dpx > w * 0.6;
+    let off = dw / 2.0 + 3.0;
     text(
         &mut detail,
         "gm-peaklabel gm-halo",
-        dpx,
+        if right { dpx - off } else { dpx + off },
         (dy(top) - 4.0).max(10.0),
-        if dpx > w * 0.6 { "end" } else { "start" },
+        if right { "end" } else { "start" },
         &fit(&format!("peak: {what}"), w * 0.55),
     );
     let half = (w - l - r) / 2.0 - 4.0;

@@ -215,12 +215,12 @@ pub fn use_zero(init: &Init) -> Html {
         Callback::from(move |v: String| set_stage.emit(v.parse().unwrap_or(0)))
     };
 
-    let bar = |bytes: &[f64], y: f64, label: String| -> Html {
+    // A bar's segments (its title is drawn after the GPUs' lines, over them).
+    let bar = |bytes: &[f64], y: f64| -> Html {
         let mut x = 4.0;
         let over = bytes.iter().sum::<f64>();
         html! {
             <g>
-                <text x="4" y={n(y - 6.0)} class="gm-ann-main">{ fit(&label, bar_w) }</text>
                 { for segments.iter().zip(bytes).map(|(s, b)| {
                     let sw = bar_w * b / scale;
                     let r = el(
@@ -238,31 +238,30 @@ pub fn use_zero(init: &Init) -> Html {
             </g>
         }
     };
-    // The reference GPUs: a dashed line each, their names below the bars, one per row, each
-    // at its line unless that would run off the chart.
+    // The reference GPUs: a dashed line each from the top bar down, their names below the
+    // lines, one per row, each at its line unless that would run off the chart (a line that
+    // ran on to its own row crossed the names above it).
     let lines_end = if stage > 0 { 130.0 } else { 66.0 };
-    let ref_lines: Html = refs
-        .iter()
-        .enumerate()
-        .map(|(i, g)| {
-            let x = 4.0 + bar_w * g.capacity_bytes as f64 / scale;
-            let text = format!("{} {}", g.name, gib(g.capacity_bytes as f64));
-            let tw = crate::chart::text_width(&text);
-            let (tx, anchor) = if x + tw / 2.0 > w - 2.0 {
-                (x, "end")
-            } else if x - tw / 2.0 < 2.0 {
-                (x, "start")
-            } else {
-                (x, "middle")
-            };
-            html! {
-                <g class="gm-ref">
-                    <line class="gm-capline" x1={n(x)} x2={n(x)} y1="14" y2={n(lines_end + 13.0 * i as f64 + 2.0)} />
-                    <text class="gm-caplabel gm-halo" x={n(tx)} y={n(lines_end + 13.0 + 13.0 * i as f64)} text-anchor={anchor}>{ text }</text>
-                </g>
-            }
-        })
-        .collect();
+    // The lines first, then the names, over them (the second bar's title too).
+    let (mut ref_lines, mut ref_names) = (Vec::new(), Vec::new());
+    for (i, g) in refs.iter().enumerate() {
+        let x = 4.0 + bar_w * g.capacity_bytes as f64 / scale;
+        let text = format!("{} {}", g.name, gib(g.capacity_bytes as f64));
+        let tw = crate::chart::text_width(&text);
+        let (tx, anchor) = if x + tw / 2.0 > w - 2.0 {
+            (x, "end")
+        } else if x - tw / 2.0 < 2.0 {
+            (x, "start")
+        } else {
+            (x, "middle")
+        };
+        ref_lines.push(html! {
+            <line class="gm-capline" x1={n(x)} x2={n(x)} y1="24" y2={n(lines_end + 2.0)} />
+        });
+        ref_names.push(html! {
+            <text class="gm-caplabel gm-halo" x={n(tx)} y={n(lines_end + 13.0 + 13.0 * i as f64)} text-anchor={anchor}>{ text }</text>
+        });
+    }
     let height = lines_end + 13.0 * refs.len() as f64 + 8.0;
     let summary = format!(
         "Model states for {} parameters: {} on one GPU{}{}.",
@@ -321,11 +320,16 @@ pub fn use_zero(init: &Init) -> Html {
                 }
             </p>
             <svg class="gm-chart" ref={svg_ref} viewBox={format!("0 0 {} {}", n(w), n(height))} role="img" aria-labelledby={summary_id.clone()}>
-                { bar(&full, 24.0, "One GPU (no sharding)".into()) }
+                { bar(&full, 24.0) }
                 if stage > 0 {
-                    { bar(&per_gpu, 88.0, format!("Per GPU, {} over {gpus}", stage_name(stage))) }
+                    { bar(&per_gpu, 88.0) }
                 }
-                { ref_lines }
+                { for ref_lines }
+                <text x="4" y="18" class="gm-ann-main gm-halo">{ fit("One GPU (no sharding)", bar_w) }</text>
+                if stage > 0 {
+                    <text x="4" y="82" class="gm-ann-main gm-halo">{ fit(&format!("Per GPU, {} over {gpus}", stage_name(stage)), bar_w) }</text>
+                }
+                { for ref_names }
             </svg>
             { crate::allocator::key_legend(&segments.iter().filter_map(|s| parts::find(&s.key).map(|p| p.key)).collect::<Vec<_>>()) }
             if stage > 0 {
