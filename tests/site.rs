@@ -622,16 +622,7 @@ fn widgets_share_one_state_that_the_url_carries() {
         Duration::from_secs(5),
     )
     .unwrap();
-    c.wait_for(
-        "return location.search.includes('batch=5')",
-        Duration::from_secs(5),
-    )
-    .unwrap_or_else(|e| {
-        panic!(
-            "{e}: {}",
-            c.eval("return location.search", json!([])).unwrap()
-        )
-    });
+    wait_url(&c, "location.search.includes('batch=5')");
     let state = c
         .eval(
             "return [location.search, location.hash, \
@@ -822,17 +813,19 @@ fn zero_keys_presets_stages_and_log_steps() {
         "one log step up from 70B: {now}"
     );
     // The URL carries the state (once the knobs rest).
-    c.wait_for(
-        "return location.search.includes('zero-stage=1')",
-        Duration::from_secs(5),
-    )
-    .unwrap_or_else(|e| {
-        panic!(
-            "{e}: {}",
-            c.eval("return location.search", json!([])).unwrap()
-        )
-    });
+    wait_url(&c, "location.search.includes('zero-stage=1')");
     assert_no_console_errors(&c);
+}
+
+/// Wait until the page's URL meets `cond` (a JS expression): it is written once the knobs rest.
+fn wait_url(c: &Chrome, cond: &str) {
+    c.wait_for(&format!("return {cond}"), Duration::from_secs(5))
+        .unwrap_or_else(|e| {
+            panic!(
+                "{e}: {}",
+                c.eval("return location.search", json!([])).unwrap()
+            )
+        });
 }
 
 fn wait_widget(c: &Chrome, widget: &str) {
@@ -934,16 +927,7 @@ fn the_5d_panel_takes_a_pasted_config_refuses_a_hostile_one_and_applies_a_planne
         Duration::from_secs(5),
     )
     .unwrap();
-    c.wait_for(
-        "return location.search.includes('arch=')",
-        Duration::from_secs(5),
-    )
-    .unwrap_or_else(|e| {
-        panic!(
-            "{e}: {}",
-            c.eval("return location.search", json!([])).unwrap()
-        )
-    });
+    wait_url(&c, "location.search.includes('arch=')");
     let fields = c
         .eval("return [document.querySelector('[data-widget=parallelism] input[id$=-layers]').value, location.search.includes('arch=')]", json!([]))
         .unwrap();
@@ -1060,16 +1044,10 @@ fn the_precision_recipes_and_parts_drive_the_page() {
         Duration::from_secs(5),
     )
     .unwrap();
-    c.wait_for(
-        "return decodeURIComponent(location.search).includes('grads=fp32')",
-        Duration::from_secs(5),
-    )
-    .unwrap_or_else(|e| {
-        panic!(
-            "{e}: {}",
-            c.eval("return location.search", json!([])).unwrap()
-        )
-    });
+    wait_url(
+        &c,
+        "decodeURIComponent(location.search).includes('grads=fp32')",
+    );
     // The radiogroup's accessible names, as Chromium computes them.
     let (role, _) = c
         .accessibility(&c.find("[data-widget=precision] [role=radiogroup]").unwrap())
@@ -1161,16 +1139,7 @@ fn the_5d_panel_takes_multi_digit_numbers() {
         let now = c.eval(&format!("return [{sub}, document.querySelector('[data-widget=parallelism] input[id$=-dp]').value, document.activeElement.id]"), json!([])).unwrap();
         panic!("{e}: {now}")
     });
-    c.wait_for(
-        "return location.search.includes('dp=16')",
-        Duration::from_secs(5),
-    )
-    .unwrap_or_else(|e| {
-        panic!(
-            "{e}: {}",
-            c.eval("return location.search", json!([])).unwrap()
-        )
-    });
+    wait_url(&c, "location.search.includes('dp=16')");
     let state = c
         .eval(
             "var i = document.querySelector('[data-widget=parallelism] input[id$=-dp]'); \
@@ -1857,16 +1826,7 @@ fn the_diffs_steps_add_up_to_the_difference_of_the_two_peaks() {
         ),
         "{w}"
     );
-    c.wait_for(
-        "return location.search.includes('recompute=full')",
-        Duration::from_secs(5),
-    )
-    .unwrap_or_else(|e| {
-        panic!(
-            "{e}: {}",
-            c.eval("return location.search", json!([])).unwrap()
-        )
-    });
+    wait_url(&c, "location.search.includes('recompute=full')");
     assert_no_console_errors(&c);
 }
 

@@ -137,8 +137,7 @@ pub fn use_breakdown(init: &Init) -> Html {
     let root = use_live_marker();
     let (svg_ref, w) = use_width();
     let (try_set, refused_msg) = use_checked_set(set);
-    let uid = &init.uid;
-    let (title_id, summary_id) = (format!("{uid}-title"), format!("{uid}-summary"));
+    let (title_id, summary_id) = (init.id("title"), init.id("summary"));
     let toolbar = use_toolbar(init, settings(&k));
     let got = k.scenario().and_then(|s| k.estimate().map(|e| (s, e)));
     let (s, e) = match got {

@@ -106,8 +106,7 @@ pub fn waterfall(a: &Knobs, b: &Knobs) -> Result<Waterfall, String> {
 pub fn use_diff(init: &Init) -> Html {
     let (k, _) = use_knobs(init);
     let root = use_live_marker();
-    let uid = &init.uid;
-    let (title_id, summary_id) = (format!("{uid}-title"), format!("{uid}-summary"));
+    let (title_id, summary_id) = (init.id("title"), init.id("summary"));
     let with = init.option("with").unwrap_or("");
     let (a, b) = if with.is_empty() {
         (init.knobs.clone(), k.clone())

@@ -25,7 +25,6 @@ fn mib(b: f64) -> String {
 pub fn use_ledger(init: &Init) -> Html {
     let (k, _) = use_knobs(init);
     let root = use_live_marker();
-    let uid = &init.uid;
     let loss = init.option("of") == Some("loss");
     let sub = format!(
         "{} · b={} · s={}",
@@ -113,8 +112,8 @@ pub fn use_ledger(init: &Init) -> Html {
         )
     };
     html! {
-        <figure class="gm gm-ledger" data-widget="ledger" ref={root} aria-labelledby={format!("{uid}-title")}>
-            <figcaption class="gm-head" id={format!("{uid}-title")}>
+        <figure class="gm gm-ledger" data-widget="ledger" ref={root} aria-labelledby={init.id("title")}>
+            <figcaption class="gm-head" id={init.id("title")}>
                 <span class="gm-title">{ title }</span>
                 <span class="gm-sub">{ sub }</span>
             </figcaption>

@@ -286,8 +286,7 @@ pub fn use_parallelism(init: &Init) -> Html {
     let (svg_ref, w) = use_width();
     // What became of the last paste, as the page says it ("Applied: …" or "Not applied: …").
     let paste = use_state(|| None::<String>);
-    let id = |what: &str| init.id(what);
-    let (title_id, summary_id) = (id("title"), id("summary"));
+    let (title_id, summary_id) = (init.id("title"), init.id("summary"));
     let (try_set, refused) = use_checked_set(set.clone());
     let toolbar = use_toolbar(init, settings(&k));
     let got = k.scenario().and_then(|s| k.estimate().map(|e| (s, e)));
@@ -360,7 +359,7 @@ pub fn use_parallelism(init: &Init) -> Html {
                         let f = *f;
                         Callback::from(move |v: u64| try_set.emit(with_field(&k, &a, f, v)))
                     };
-                    let mut field = num(id(f), label, field_value(a, f), on_change);
+                    let mut field = num(init.id(f), label, field_value(a, f), on_change);
                     // Keyed: a field that comes or goes (a mixture of experts' two) leaves
                     // the others, their text and focus, alone.
                     if let Html::VTag(t) = &mut field {
@@ -550,36 +549,36 @@ pub fn use_parallelism(init: &Init) -> Html {
             <div class="gm-panels">
                 <fieldset class="gm-panel">
                     <legend>{ "Model" }</legend>
-                    { select(id("model"), "Preset", models, model_sel, on_model) }
+                    { select(init.id("model"), "Preset", models, model_sel, on_model) }
                     // In a box of their own: fields that come and go (a mixture of experts'
                     // have two more) leave the paste box below, its text and focus, alone.
                     <div class="gm-fields">{ fields }</div>
                     <div class="gm-control gm-paste">
-                        <label for={id("config")}>{ "…or paste a config.json" }</label>
-                        <textarea id={id("config")} rows="3" spellcheck="false"
+                        <label for={init.id("config")}>{ "…or paste a config.json" }</label>
+                        <textarea id={init.id("config")} rows="3" spellcheck="false"
                             placeholder="{\"model_type\": \"llama\", \"hidden_size\": 4096, …}" oninput={on_paste} />
                     </div>
                     { paste_note }
                 </fieldset>
                 <fieldset class="gm-panel">
                     <legend>{ "Training" }</legend>
-                    { num(id("batch"), "Micro-batch", s.batch, knob("batch")) }
-                    { select(id("seq"), "Sequence", seqs, s.seq.to_string(), choice("seq")) }
-                    { num(id("accum"), "Gradient accumulation", p.grad_accum.max(1), knob("grad-accum")) }
-                    { select(id("precision"), "Precision", precisions, precision, choice("precision")) }
-                    { select(id("recompute"), "Recomputation", opts(&[("none", "none"), ("selective", "selective"), ("full", "full")]), k.get("recompute").unwrap_or("none").to_string(), choice("recompute")) }
-                    { select(id("gpu"), "GPU", gpu_opts, gpu_sel, on_gpu) }
+                    { num(init.id("batch"), "Micro-batch", s.batch, knob("batch")) }
+                    { select(init.id("seq"), "Sequence", seqs, s.seq.to_string(), choice("seq")) }
+                    { num(init.id("accum"), "Gradient accumulation", p.grad_accum.max(1), knob("grad-accum")) }
+                    { select(init.id("precision"), "Precision", precisions, precision, choice("precision")) }
+                    { select(init.id("recompute"), "Recomputation", opts(&[("none", "none"), ("selective", "selective"), ("full", "full")]), k.get("recompute").unwrap_or("none").to_string(), choice("recompute")) }
+                    { select(init.id("gpu"), "GPU", gpu_opts, gpu_sel, on_gpu) }
                 </fieldset>
                 <fieldset class="gm-panel">
                     <legend>{ format!("Parallelism: {gpus} GPUs") }</legend>
-                    { num(id("dp"), "Data (dp)", p.dp, knob("dp")) }
-                    { num(id("tp"), "Tensor + sequence (tp)", p.tp, knob("tp")) }
-                    { num(id("pp"), "Pipeline (pp)", p.pp, knob("pp")) }
-                    { num(id("cp"), "Context (cp)", p.cp, knob("cp")) }
-                    { num(id("ep"), "Expert (ep)", p.ep, knob("ep")) }
-                    { select(id("framework"), "Framework", opts(&[("fsdp", "PyTorch FSDP"), ("deepspeed", "DeepSpeed"), ("megatron", "Megatron-LM")]), framework.clone(), choice("framework")) }
-                    { radio_group(id("zero"), "Sharding", opts(zero_labels), p.zero.to_string(), choice("zero-stage")) }
-                    { select(id("offload"), "Offload to CPU", opts(&[("none", "none"), ("optimizer", "optimizer states"), ("optimizer+params", "optimizer + parameters")]), k.get("offload").unwrap_or("none").to_string(), choice("offload")) }
+                    { num(init.id("dp"), "Data (dp)", p.dp, knob("dp")) }
+                    { num(init.id("tp"), "Tensor + sequence (tp)", p.tp, knob("tp")) }
+                    { num(init.id("pp"), "Pipeline (pp)", p.pp, knob("pp")) }
+                    { num(init.id("cp"), "Context (cp)", p.cp, knob("cp")) }
+                    { num(init.id("ep"), "Expert (ep)", p.ep, knob("ep")) }
+                    { select(init.id("framework"), "Framework", opts(&[("fsdp", "PyTorch FSDP"), ("deepspeed", "DeepSpeed"), ("megatron", "Megatron-LM")]), framework.clone(), choice("framework")) }
+                    { radio_group(init.id("zero"), "Sharding", opts(zero_labels), p.zero.to_string(), choice("zero-stage")) }
+                    { select(init.id("offload"), "Offload to CPU", opts(&[("none", "none"), ("optimizer", "optimizer states"), ("optimizer+params", "optimizer + parameters")]), k.get("offload").unwrap_or("none").to_string(), choice("offload")) }
                 </fieldset>
             </div>
             { refused }

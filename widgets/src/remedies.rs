@@ -221,7 +221,6 @@ pub fn use_remedies(init: &Init) -> Html {
     let root = use_live_marker();
     // The planner's answer for the knobs it was asked with, as the list shows it.
     let plan = use_state(|| None::<(Knobs, String)>);
-    let uid = &init.uid;
     let e = match k.estimate() {
         Ok(e) => e,
         Err(err) => return crate::chart::refused("remedies", root, err),
@@ -313,8 +312,8 @@ pub fn use_remedies(init: &Init) -> Html {
     };
     let over = now - cap;
     html! {
-        <figure class="gm gm-remedies" data-widget="remedies" ref={root} aria-labelledby={format!("{uid}-title")}>
-            <figcaption class="gm-head" id={format!("{uid}-title")}>
+        <figure class="gm gm-remedies" data-widget="remedies" ref={root} aria-labelledby={init.id("title")}>
+            <figcaption class="gm-head" id={init.id("title")}>
                 <span class="gm-title">{ "What helps most, for this step" }</span>
                 <span class="gm-sub">{ format!("{} · b={} · s={}", e.model, k.count("batch", 1), tokens(k.count("seq", 2048))) }</span>
             </figcaption>

@@ -56,8 +56,7 @@ pub fn Segments(init: &Init) -> Html {
     let (k, _) = use_knobs(init);
     let root = use_live_marker();
     let (svg_ref, w) = use_width();
-    let uid = &init.uid;
-    let (title_id, summary_id) = (format!("{uid}-title"), format!("{uid}-summary"));
+    let (title_id, summary_id) = (init.id("title"), init.id("summary"));
     // Natively, with the allocator replayed (`Knobs::estimate` does not replay it).
     let replayed = |k: &crate::Knobs| k.scenario().and_then(|s| gpumem::estimate(&s));
     let e = match replayed(&k) {

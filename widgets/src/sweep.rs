@@ -198,8 +198,7 @@ pub fn use_sweep(init: &Init) -> Html {
     let root = use_live_marker();
     let (svg_ref, w) = use_width();
     let (try_set, refused_msg) = use_checked_set(set);
-    let uid = &init.uid;
-    let (title_id, summary_id) = (format!("{uid}-title"), format!("{uid}-summary"));
+    let (title_id, summary_id) = (init.id("title"), init.id("summary"));
     let toolbar = use_toolbar(init, settings(&k));
     let axis_name = init.option("axis").unwrap_or("seq");
     let (knob, lo, hi, log_default) = axis(axis_name);
@@ -428,7 +427,7 @@ pub fn use_sweep(init: &Init) -> Html {
             { key_legend(&keys) }
             { verdict_p(first.is_none(), verdict, true) }
             <div class="gm-controls gm-controls-inline">
-                { radio_group(format!("{uid}-scale"), "Axis",
+                { radio_group(init.id("scale"), "Axis",
                     vec![("linear".to_string(), "linear".to_string()), ("log".to_string(), "log (doublings)".to_string())],
                     if log { "log" } else { "linear" }.to_string(), on_scale) }
             </div>

@@ -363,9 +363,8 @@ pub fn use_timeline(init: &Init) -> Html {
     // What the readout says of the point hovered or focused, for the knobs it was drawn for
     // (the peak until then, and again once the page changes).
     let shown = use_state(|| None::<(Knobs, String)>);
-    let uid = &init.uid;
     let toolbar = use_toolbar(init, settings(&k));
-    let (title_id, summary_id) = (format!("{uid}-title"), format!("{uid}-summary"));
+    let (title_id, summary_id) = (init.id("title"), init.id("summary"));
     let e = match k.estimate() {
         Ok(e) => e,
         Err(err) => return refused("timeline", root, err),
