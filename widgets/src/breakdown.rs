@@ -120,11 +120,11 @@ pub fn why(key: &str, s: &Scenario, e: &Estimate) -> String {
         "comm" => "gradient buckets, collective and pipeline buffers".into(),
         "temporaries" => "short-lived buffers alive at that moment".into(),
         "other" => "components this chart does not name".into(),
-        _ => format!(
-            "outside the tensors: the CUDA context {} + the caching allocator's reserve {}",
-            crate::format::gib(e.cuda_context_bytes as f64),
-            crate::format::gib(e.allocator_reserve_bytes as f64)
-        ),
+        // The widgets do not replay the caching allocator: its cache is not in these figures.
+        _ if e.managed_bytes > 0 => {
+            "the CUDA context and paged optimizer states, outside PyTorch's allocator; its cache comes on top (chapter 6)".into()
+        }
+        _ => "outside PyTorch's allocator; its cache comes on top (chapter 6)".into(),
     }
 }
 

@@ -28,8 +28,12 @@ pub fn signed(x: f64, decimals: usize) -> String {
     }
 }
 
-/// Bytes as GiB: one decimal, two below 1 GiB ("52.7 GiB", "0.50 GiB").
+/// Bytes as GiB: one decimal, two below 1 GiB ("52.7 GiB", "0.50 GiB"); none for nothing
+/// ("0 GiB").
 pub fn gib(bytes: f64) -> String {
+    if bytes == 0.0 {
+        return "0 GiB".into();
+    }
     format!("{} GiB", signed(bytes / GIB, decimals(bytes)))
 }
 

@@ -51,7 +51,7 @@ pub const PARTS: &[Part] = &[
     part("comm", "Communication buffers", &["comm_buffers"], false),
     part("temporaries", "Temporaries", &["temporaries"], false),
     part("other", "Other", &[], false),
-    part("overhead", "CUDA context + allocator cache", &[], false),
+    part("overhead", "CUDA context", &[], false),
 ];
 
 /// The part a key names.
@@ -84,7 +84,7 @@ impl Slice {
 }
 
 /// Every part of a set of components (an estimate's, or one pipeline stage's), in stacking
-/// order, with the CUDA context and the allocator's reserve as `overhead`. Parts of zero
+/// order, with what lies outside PyTorch's allocator as `overhead`. Parts of zero
 /// bytes are kept (legends may list them); the slices add up to the components plus the
 /// overhead.
 pub fn slices(components: &Components, overhead: f64) -> Vec<Slice> {

@@ -102,7 +102,7 @@ pub fn tex(q: &str) -> Option<&'static str> {
             r"M_\text{KV} = L \cdot b \, (s + n - 1) \cdot 2 \, n_{kv} \, d_h \cdot b_{kv}"
         }
         "peak" => r"M_\text{peak} = \sum_{c \,\in\, \text{alive at the peak}} M_c",
-        "device" => r"M_\text{device} = M_\text{peak} + M_\text{cache} + M_\text{CUDA}",
+        "device" => r"M_\text{device} = M_\text{peak} + M_\text{CUDA}",
         "headroom" => r"\text{headroom} = \text{capacity} - M_\text{device}",
         "params" => {
             r"\Psi = V h\,(1 + [\text{untied}]) + L \cdot \Psi_{\text{layer}} + \Psi_{\text{norm}}"
@@ -362,21 +362,21 @@ pub fn substitute(s: &Scenario, e: &Estimate, q: &str) -> Option<String> {
         "device" => {
             let total = e.device_bytes as f64;
             let sum = Sum::of(total);
+            // The widgets do not replay the caching allocator: no cache term (chapter 6).
             let t = sum.texts(
                 &[
                     e.peak_bytes as f64,
-                    e.allocator_reserve_bytes as f64,
                     e.cuda_context_bytes as f64,
+                    e.managed_bytes as f64,
                 ],
                 total,
             );
-            format!(
-                "M_device = {} + {} + {} = {}",
-                t[0],
-                t[1],
-                t[2],
-                sum.gib(total)
-            )
+            let paged = if e.managed_bytes > 0 {
+                format!(" + {} (paged optimizer states)", t[2])
+            } else {
+                String::new()
+            };
+            format!("M_device = {} + {}{paged} = {}", t[0], t[1], sum.gib(total))
         }
         "headroom" => {
             let (cap, dev) = (e.capacity_bytes as f64, e.device_bytes as f64);
@@ -453,6 +453,31 @@ mod tests {
         for q in FORMULAS {
             assert!(tex(q).is_some(), "{q}");
         }
+    }
+
+    /// The device total as the widgets have it (no allocator replay): the allocated peak
+    /// and the CUDA context, and a paged optimizer's states where they are resident.
+    #[test]
+    fn the_device_total_is_the_peak_and_what_lies_outside_the_allocator() {
+        for (opt, paged) in [("adamw", false), ("paged-adamw-8bit", true)] {
+            let k = Knobs(
+                [("model", "llama3.2-1b"), ("optimizer", opt)]
+                    .iter()
+                    .map(|(a, b)| (a.to_string(), b.to_string()))
+                    .collect(),
+            );
+            let (s, e) = (k.scenario().unwrap(), k.estimate().unwrap());
+            assert!(!e.reserved_replayed);
+            assert_eq!(e.managed_bytes > 0, paged, "{opt}");
+            assert_eq!(
+                e.device_bytes,
+                e.peak_bytes + e.cuda_context_bytes + e.managed_bytes
+            );
+            let d = substitute(&s, &e, "device").unwrap();
+            assert_eq!(d.contains("(paged optimizer states)"), paged, "{d}");
+            assert!(d.ends_with(&gib(e.device_bytes as f64)), "{d}");
+        }
+        assert_eq!(gib(0.0), "0 GiB");
     }
 
     /// QLoRA's weights: NF4 linear layers, bf16 embeddings and norms, fp32 adapters, adding
