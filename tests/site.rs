@@ -1320,6 +1320,11 @@ for (const el of main.querySelectorAll('*')) {
 for (const box of [document.documentElement, document.querySelector('#mdbook-content')]) {
   if (box && box.scrollWidth > box.clientWidth + 1) bad.push(`${box.id || box.tagName} scrolls sideways (${box.scrollWidth} > ${box.clientWidth})`);
 }
+// A display formula fits its column (on a phone it breaks, its number after it): one that
+// scrolls hides its end and its number.
+for (const k of document.querySelectorAll('.katex-display')) {
+  if (k.scrollWidth > k.clientWidth + 1) bad.push(`formula scrolls (${k.scrollWidth} > ${k.clientWidth}): ${k.querySelector('annotation')?.textContent.slice(0, 40)}`);
+}
 for (const t of document.querySelectorAll('svg.gm-chart text')) {
   if (!t.getClientRects().length) continue;
   const m = t.getScreenCTM();

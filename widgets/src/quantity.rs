@@ -88,7 +88,7 @@ pub fn tex(q: &str) -> Option<&'static str> {
     Some(match q {
         "weights" => r"M_\text{weights} = \frac{\Psi \, b_w}{N_w}",
         "quantized_weights" => {
-            r"M_\text{weights} = \Psi_\text{lin} \, b_\text{nf4} + (\Psi - \Psi_\text{lin}) \, b_c + 4 \, \Psi_\text{LoRA}, \qquad b_\text{nf4} = \tfrac{1}{2} + \tfrac{1}{64} + \tfrac{4}{64 \cdot 256}"
+            r"\begin{gathered} M_\text{weights} = \Psi_\text{lin} \, b_\text{nf4} + (\Psi - \Psi_\text{lin}) \, b_c + 4 \, \Psi_\text{LoRA}, \\ b_\text{nf4} = \tfrac{1}{2} + \tfrac{1}{64} + \tfrac{4}{64 \cdot 256} \end{gathered}"
         }
         "master_weights" => r"M_\text{master} = \frac{\Psi \, b_m}{N_\text{os}}",
         "gradients" => r"M_\text{grads} = \frac{\Psi_\text{trainable} \, b_g}{N_g}",
