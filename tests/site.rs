@@ -1271,6 +1271,8 @@ fn every_widget_text_and_slice_reads_in_all_five_themes() {
             "logits",
             "peak",
             "zero",
+            // The second bar and its title, which the GPUs' lines pass.
+            "zero.html?zero-stage=3",
             "parallelism",
             "inference",
             "what-now",
@@ -1339,9 +1341,14 @@ for (const t of document.querySelectorAll('svg.gm-chart text')) {
 // between them. (Vertical lines: capacities, "stops fitting", the peak op's outline.)
 for (const svg of document.querySelectorAll('svg.gm-chart')) {
   const vlines = [];
-  for (const ln of svg.querySelectorAll('line.gm-capline, line.gm-overline')) {
-    const r = ln.getBoundingClientRect();
-    if (r.width < 1 && r.height > 0) vlines.push([r.left, r.top, r.bottom]);
+  // Marker lines as drawn, a piece per unit of their length (a path may skip over a label).
+  for (const ln of svg.querySelectorAll('.gm-capline, .gm-overline')) {
+    const r = ln.getBoundingClientRect(), m = ln.getScreenCTM();
+    if (!(r.width < 1 && r.height > 0) || !m) continue;
+    for (let l = 0, len = ln.getTotalLength(); l + 1 <= len; l += 1) {
+      const a = ln.getPointAtLength(l).matrixTransform(m), b = ln.getPointAtLength(l + 1).matrixTransform(m);
+      if (Math.abs(b.y - a.y) < 2) vlines.push([a.x, Math.min(a.y, b.y), Math.max(a.y, b.y)]);
+    }
   }
   for (const pk of svg.querySelectorAll('.gm-peak-op')) {
     const r = pk.getBoundingClientRect();
@@ -1390,6 +1397,8 @@ fn phones_never_scroll_sideways_and_charts_stay_legible() {
             "logits",
             "peak",
             "zero",
+            // The second bar and its title, which the GPUs' lines pass.
+            "zero.html?zero-stage=3",
             "parallelism",
             "finetuning",
             "inference",
@@ -1397,7 +1406,12 @@ fn phones_never_scroll_sideways_and_charts_stay_legible() {
             "validation",
             "references",
         ] {
-            c.goto(&format!("{}/{page}.html", served())).unwrap();
+            let path = if page.contains('.') {
+                page.to_string()
+            } else {
+                format!("{page}.html")
+            };
+            c.goto(&format!("{}/{path}", served())).unwrap();
             if !["index", "validation", "references"].contains(&page) {
                 wait_all_live(&c);
             }

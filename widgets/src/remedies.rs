@@ -252,10 +252,10 @@ pub fn use_remedies(init: &Init) -> Html {
                     list,
                     r#"<p class="gm-remedy-saving {}">{}: the GPU needs {} of {} ({})</p>"#,
                     if a.fits { "gm-ok" } else { "gm-over" },
-                    match gib(d.abs()) {
-                        g if g.starts_with("0.00") => "changes nothing here".into(),
-                        g if d > 0.0 => format!("saves {g}"),
-                        g => format!("needs {g} more"),
+                    if d >= 0.0 {
+                        format!("saves {}", gib(d))
+                    } else {
+                        format!("needs {} more", gib(-d))
                     },
                     gib(a.device_bytes as f64),
                     gib(cap),

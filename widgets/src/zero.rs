@@ -255,8 +255,10 @@ pub fn use_zero(init: &Init) -> Html {
         } else {
             (x, "middle")
         };
+        // Broken where the second bar's title stands, not drawn through it.
+        let gap = if stage > 0 { "V58m0 28" } else { "" };
         ref_lines.push(html! {
-            <line class="gm-capline" x1={n(x)} x2={n(x)} y1="24" y2={n(lines_end + 2.0)} />
+            <path class="gm-capline" d={format!("M{} 24{gap}V{}", n(x), n(lines_end + 2.0))} />
         });
         ref_names.push(html! {
             <text class="gm-caplabel gm-halo" x={n(tx)} y={n(lines_end + 13.0 + 13.0 * i as f64)} text-anchor={anchor}>{ text }</text>
