@@ -105,11 +105,12 @@ pub fn with_config(k: &Knobs, text: &str) -> Result<Knobs, String> {
 }
 
 /// The planner's request for the page's scenario on the same number of GPUs and the same
-/// global batch.
+/// global batch, every layout open to it (the page's is where it starts, not a constraint).
 pub fn request(k: &Knobs, s: &Scenario) -> Option<Request> {
     let p = &s.parallel;
     let gpus = p.dp * p.tp * p.pp * p.cp * p.ep;
     let mut v = knobs::scenario_value(k.0.iter().map(|(a, b)| (a.as_str(), b.as_str()))).ok()?;
+    gpumem::plan::unfix(&mut v);
     let o = v.as_object_mut()?;
     o.insert("gpus".into(), gpus.into());
     o.insert(
@@ -656,6 +657,39 @@ mod tests {
             let e = n.estimate().unwrap();
             assert_eq!(e.device_bytes, c.device_bytes, "{:?}", c.layout);
         }
+    }
+
+    /// The panel's planner searches layouts for the page's model, GPU count and global
+    /// batch: the page's own mesh, ZeRO stage, micro-batch and recomputation are where it
+    /// starts, not constraints (the book's panel, Llama 3.1 70B on 64 GPUs).
+    #[test]
+    fn the_planner_searches_beyond_the_page_layout() {
+        let base = k(&[
+            ("model", "llama3.1-70b"),
+            ("seq", "8k"),
+            ("batch", "1"),
+            ("grad-accum", "8"),
+            ("dp", "2"),
+            ("tp", "8"),
+            ("pp", "4"),
+            ("precision", "mixed-bf16"),
+            ("framework", "megatron"),
+            ("zero-stage", "1"),
+        ]);
+        let s = base.scenario().unwrap();
+        let r = request(&base, &s).unwrap();
+        assert_eq!((r.gpus.as_slice(), r.global_batch), (&[64u64][..], 16));
+        let pl = gpumem::plan::plan(&r);
+        assert!(pl.considered > 100, "{} considered", pl.considered);
+        let meshes: std::collections::BTreeSet<_> = pl
+            .best
+            .iter()
+            .map(|c| (c.layout.dp, c.layout.tp, c.layout.pp, c.layout.micro_batch))
+            .collect();
+        assert!(meshes.len() > 1, "{meshes:?}");
+        // Megatron-LM, the page's framework, stays.
+        let fw = |c: &Candidate| with_layout(&base, c).scenario().unwrap().parallel.framework;
+        assert!(pl.best.iter().all(|c| fw(c) == s.parallel.framework));
     }
 
     #[test]

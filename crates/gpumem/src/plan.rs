@@ -52,6 +52,42 @@ pub struct Request {
     pub exhaustive: bool,
 }
 
+/// The keys of a scenario's `parallel` object that make up its layout, which the planner
+/// varies unless a request fixes them.
+pub const LAYOUT_KEYS: [&str; 12] = [
+    "dp",
+    "tp",
+    "pp",
+    "cp",
+    "ep",
+    "zero",
+    "fsdp",
+    "grad_accum",
+    "schedule",
+    "virtual_stages",
+    "offload",
+    "shard_group",
+];
+
+/// A scenario (JSON) with its layout taken out (the micro-batch, recomputation and
+/// [`LAYOUT_KEYS`]): given to [`Request::from_value`], it fixes only what the layout does not
+/// decide, and the sweep chooses the rest.
+pub fn unfix(scenario: &mut Value) {
+    if let Some(o) = scenario.as_object_mut() {
+        o.remove("batch");
+        o.remove("recompute");
+        if let Some(Value::Object(p)) = o.get("parallel") {
+            let mut keep = serde_json::Map::new();
+            for (k, x) in p {
+                if !LAYOUT_KEYS.contains(&k.as_str()) {
+                    keep.insert(k.clone(), x.clone());
+                }
+            }
+            o.insert("parallel".into(), Value::Object(keep));
+        }
+    }
+}
+
 /// Layout choices a request fixes instead of leaving them to the sweep.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Fixed {
@@ -226,30 +262,9 @@ impl Request {
             fixed.schedule = (has("schedule") || has("virtual_stages")).then_some(gp.schedule);
             fixed.offload = has("offload").then_some((gp.offload_optimizer, gp.offload_params));
             fixed.shard_group = has("shard_group").then_some(gp.shard_group);
-            let mut keep = serde_json::Map::new();
-            for (k, x) in po.map.iter() {
-                if !matches!(
-                    k.as_str(),
-                    "dp" | "tp"
-                        | "pp"
-                        | "cp"
-                        | "ep"
-                        | "zero"
-                        | "fsdp"
-                        | "grad_accum"
-                        | "schedule"
-                        | "virtual_stages"
-                        | "offload"
-                        | "shard_group"
-                ) {
-                    keep.insert(k.clone(), x.clone());
-                }
-            }
-            scenario.insert("parallel".into(), Value::Object(keep));
         }
-        scenario.remove("batch");
-        scenario.remove("recompute");
-        let source = Value::Object(scenario);
+        let mut source = Value::Object(scenario);
+        unfix(&mut source);
         let scenario = Scenario::from_value(&source)?;
         if !matches!(scenario.model, Model::Arch { .. }) {
             return Err(Error::new(
