@@ -63,6 +63,8 @@ fn budget_estimate() -> gpumem::Estimate {
 #[test]
 fn pages_carry_the_numbers_before_any_script_runs() {
     let html = read(&site().dest.join("budget.html"));
+    // Without scripts the page says its widgets are as built and their controls inert.
+    assert!(html.contains(r#"<noscript><p class="gm-nojs">JavaScript is off"#));
     let e = budget_estimate();
     assert!(html.contains(r#"data-widget="allocator""#));
     assert!(html.contains(&gib(e.device_bytes as f64)), "total");
