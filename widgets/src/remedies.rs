@@ -72,7 +72,7 @@ const REMEDIES: [(&str, &str, &str, &str); 10] = [
     (
         "zero",
         "Shard every state over 8 GPUs (ZeRO-3, FSDP FULL_SHARD)",
-        "Each layer's weights gathered before its forward and its backward, its gradients reduce-scattered after: more communication, and the GPUs.",
+        "Each layer's weights gathered before its forward and its backward, its gradients reduce-scattered after: more communication, 8 GPUs.",
         "the states are fully sharded already",
     ),
     (
