@@ -65,6 +65,9 @@ fn pages_carry_the_numbers_before_any_script_runs() {
     let html = read(&site().dest.join("budget.html"));
     // Without scripts the page says its widgets are as built and their controls inert.
     assert!(html.contains(r#"<noscript><p class="gm-nojs">JavaScript is off"#));
+    // An exercise names the model its answer is for: ZeRO's page sets 7B parameters, no preset.
+    let zero = read(&site().dest.join("zero.html"));
+    assert!(zero.contains(r#"gm-sub">7B · b=1 · s=2K · with dp=8, zero-stage=2"#));
     let e = budget_estimate();
     assert!(html.contains(r#"data-widget="allocator""#));
     assert!(html.contains(&gib(e.device_bytes as f64)), "total");

@@ -264,9 +264,16 @@ pub fn use_exercise(init: &Init) -> Html {
         .as_ref()
         .filter(|(kk, _)| *kk == k)
         .map(|(_, m)| (m.starts_with('✓'), m.clone()));
+    // A page that sets a parameter count (ZeRO's) has no model to name: the count is it.
+    let model = match k.get("params") {
+        Some(_) => crate::format::params(k.count("params", 0)),
+        None => k
+            .get("model")
+            .unwrap_or(gpumem::knobs::DEFAULT_MODEL)
+            .into(),
+    };
     let sub = format!(
-        "{} · b={} · s={}{}",
-        k.get("model").unwrap_or(gpumem::knobs::DEFAULT_MODEL),
+        "{model} · b={} · s={}{}",
         k.count("batch", 1),
         tokens(k.count("seq", 2048)),
         if with.is_empty() {

@@ -281,9 +281,6 @@ pub fn use_remedies(init: &Init) -> Html {
         list.push_str(p);
     }
     list.push_str("</li>");
-    // Two that the engine gives no figure for: the allocator's segments are not modelled,
-    // and a memory summary saves nothing (it shows what is alive).
-    list.push_str(r#"<li class="gm-remedy gm-na" data-remedy="expandable-segments"><p class="gm-remedy-head"><strong>Expandable segments</strong> <code>PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True</code></p><p class="gm-remedy-saving">No figure here: the caching allocator is replayed when the book is built and by the command line (allocator=expandable), not in this page's widgets (see below).</p><p class="gm-note">Less fragmentation, the same allocated peak: it helps when the reserved but unallocated memory is large.</p></li><li class="gm-remedy gm-na" data-remedy="memory-summary"><p class="gm-remedy-head"><strong>See what is alive</strong> <code>torch.cuda.memory_summary()</code>, memory snapshots</p><p class="gm-remedy-saving">Saves nothing: it shows where the memory goes, to compare with this page's breakdown (see below).</p><p class="gm-note">No cost beyond a slower step while the history is recorded.</p></li>"#);
     // One handler for every button of the list: "Use" applies its changes, the planner's
     // button runs the planner.
     let onclick = {
