@@ -1033,6 +1033,25 @@ fn the_precision_recipes_and_parts_drive_the_page() {
         Duration::from_secs(5),
     )
     .unwrap_or_else(|e| panic!("the inline value follows the recipe: {e}"));
+    // 8-bit Adam: the optimizer's states in int8, a byte a value (not the recipe's fp32).
+    c.click(
+        &c.find("[data-widget=precision] button[role=radio]:nth-child(6)")
+            .unwrap(),
+    )
+    .unwrap();
+    c.wait_for(
+        &format!("return {sub_x}.includes('8-bit Adam')"),
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    let row = c
+        .eval(
+            "var r = document.querySelector('[data-widget=precision] tr[data-part=optimizer]'); \
+             return r.querySelector('select').value + ' ' + r.querySelectorAll('td')[1].textContent",
+            json!([]),
+        )
+        .unwrap();
+    assert_eq!(row, "int8 1 B");
     // One part changed by its select: no recipe matches any more.
     c.click(
         &c.find("[data-widget=precision] button[role=radio]:nth-child(4)")

@@ -190,7 +190,14 @@ pub fn use_precision(init: &Init) -> Html {
         .into_iter()
         .map(|part| {
             let id = init.id(part.key);
-            let selected = part.dtype.map(DType::name).unwrap_or("none");
+            // An 8-bit optimizer (bitsandbytes) keeps its states in int8 whatever the recipe
+            // says, with an fp32 scale per block.
+            let (choices, dtype) = if part.key == "optimizer" && s.optimizer.eight_bit() {
+                (&["int8"][..], Some(DType::I8))
+            } else {
+                (part.choices, part.dtype)
+            };
+            let selected = dtype.map(DType::name).unwrap_or("none");
             let onchange = {
                 let (k, try_set, p) = (k.clone(), try_set.clone(), s.precision.clone());
                 let key = part.key;
@@ -203,11 +210,11 @@ pub fn use_precision(init: &Init) -> Html {
                 <tr data-part={part.key}>
                     <th scope="row"><label for={id.clone()}>{ part.label }</label></th>
                     <td><select {id} {onchange}>
-                        { for part.choices.iter().map(|c| html! {
+                        { for choices.iter().map(|c| html! {
                             <option value={*c} selected={*c == selected}>{ *c }</option>
                         }) }
                     </select></td>
-                    <td class="gm-num">{ bytes_per(part.dtype) }</td>
+                    <td class="gm-num">{ bytes_per(dtype) }</td>
                     <td class="gm-num">{ part_bytes(part.key, &s, &e) }</td>
                 </tr>
             }
@@ -249,7 +256,7 @@ pub fn use_precision(init: &Init) -> Html {
             </div>
             <div class="gm-scroll"><table class="gm-table">
                 <thead><tr><th scope="col">{ "Part" }</th><th scope="col">{ "Stored as" }</th>
-                    <th scope="col">{ "Bytes per value" }</th><th scope="col">{ "On this GPU" }</th></tr></thead>
+                    <th scope="col">{ "Bytes per value" }</th><th scope="col">{ "At the peak" }</th></tr></thead>
                 <tbody>{ rows }</tbody>
             </table></div>
             { refused }
