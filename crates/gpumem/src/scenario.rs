@@ -930,7 +930,12 @@ fn parse_parallel(v: &Value) -> Result<Parallel> {
     p.zero = z as u8;
     p.shard_group = p.dp;
     if let Some(strategy) = o.str_opt("fsdp")? {
-        p.framework = Framework::Fsdp;
+        if p.framework != Framework::Fsdp {
+            return Err(Error::new(
+                o.path("fsdp"),
+                "is PyTorch FSDP's sharding; it contradicts the framework given",
+            ));
+        }
         p.zero = match strategy.to_ascii_lowercase().as_str() {
             "full_shard" => 3,
             "shard_grad_op" => 2,
@@ -946,6 +951,12 @@ fn parse_parallel(v: &Value) -> Result<Parallel> {
                 ))
             }
         };
+        if o.get("zero").is_some() && z != u64::from(p.zero) {
+            return Err(Error::new(
+                o.path("fsdp"),
+                format!("sets ZeRO stage {}; it contradicts zero {z}", p.zero),
+            ));
+        }
         if strategy.eq_ignore_ascii_case("hybrid_shard") {
             p.shard_group = o.u64_opt("shard_group")?.unwrap_or(8).min(p.dp);
         }
@@ -981,6 +992,15 @@ fn parse_parallel(v: &Value) -> Result<Parallel> {
         return Err(Error::new(
             o.path("offload"),
             "offloading parameters needs ZeRO-3 / FULL_SHARD (zero: 3)",
+        ));
+    }
+    // Model chunks per stage are the interleaved schedule's (1 is every other's).
+    if o.str_opt("schedule")? != Some("interleaved")
+        && o.u64_opt("virtual_stages")?.is_some_and(|v| v != 1)
+    {
+        return Err(Error::new(
+            o.path("virtual_stages"),
+            "needs schedule \"interleaved\"",
         ));
     }
     p.schedule = match o.str_opt("schedule")? {
@@ -1142,6 +1162,42 @@ mod tests {
             let e = Scenario::from_value(&v).unwrap_err();
             assert_eq!(e.field, field, "{e}");
             assert!(e.message.starts_with("unknown key"), "{e}");
+        }
+    }
+
+    /// A setting that another one would silently override, or that the schedule given does
+    /// not use, is refused by name.
+    #[test]
+    fn contradicting_or_unused_parallel_settings_are_refused() {
+        let par = |p: Value| json!({"model": "llama3.1-8b", "parallel": p});
+        for (p, field) in [
+            (
+                json!({"pp": 2, "virtual_stages": 4}),
+                "parallel.virtual_stages",
+            ),
+            (
+                json!({"pp": 2, "schedule": "1f1b", "virtual_stages": 2}),
+                "parallel.virtual_stages",
+            ),
+            (
+                json!({"dp": 4, "fsdp": "full_shard", "zero": 1}),
+                "parallel.fsdp",
+            ),
+            (
+                json!({"dp": 4, "fsdp": "full_shard", "framework": "megatron"}),
+                "parallel.fsdp",
+            ),
+        ] {
+            let e = Scenario::from_value(&par(p.clone())).unwrap_err();
+            assert_eq!(e.field, field, "{p}: {e}");
+        }
+        for p in [
+            json!({"pp": 2, "virtual_stages": 1}),
+            json!({"pp": 2, "grad_accum": 4, "schedule": "interleaved", "virtual_stages": 4}),
+            json!({"dp": 4, "fsdp": "full_shard", "zero": 3, "framework": "fsdp"}),
+            json!({"dp": 4, "fsdp": "no_shard", "zero": 0}),
+        ] {
+            Scenario::from_value(&par(p.clone())).unwrap_or_else(|e| panic!("{p}: {e}"));
         }
     }
 }
