@@ -1073,14 +1073,15 @@ fn parse_moe(o: &Obj<'_>, family: Family, a: &Architecture) -> Result<Option<Moe
         "num_experts" => "num_local_experts",
         _ => "num_local_experts",
     };
-    let experts = match o.bounded_opt(experts_key, 0, MAX_EXPERTS)? {
+    // Qwen's `num_experts: 0` is a dense model; the other families' MoE blocks need experts.
+    let least = u64::from(!matches!(family, Qwen2Moe | Qwen3Moe | Qwen3Next));
+    let experts = match o.bounded_opt(experts_key, least, MAX_EXPERTS)? {
         Some(e) => e,
         None => o
-            .bounded_opt(alias, 0, MAX_EXPERTS)?
+            .bounded_opt(alias, least, MAX_EXPERTS)?
             .unwrap_or(experts_default),
     };
     if experts == 0 {
-        // Qwen's `num_experts: 0` is a dense model.
         return Ok(None);
     }
     let top_k = match (o.get("num_experts_per_tok"), top_default) {
@@ -1575,6 +1576,31 @@ mod tests {
             ("n_layer", json!(100000)),
         ] {
             assert_eq!(gpt2(k, v).unwrap_err().field, format!("c.{k}"));
+        }
+    }
+
+    /// `num_experts: 0` is Qwen's way to write a dense model; a Mixtral, DeepSeek, GLM,
+    /// gpt-oss or Llama 4 MoE block with no experts is no model (it was read as a dense one).
+    #[test]
+    fn zero_experts_are_dense_only_where_transformers_builds_dense() {
+        let c = |t: &str, k: &str| {
+            json!({"model_type": t, "hidden_size": 64, "num_hidden_layers": 2,
+                "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": 128,
+                "vocab_size": 100, k: 0})
+        };
+        for (t, k) in [
+            ("mixtral", "num_local_experts"),
+            ("gpt_oss", "num_local_experts"),
+            ("deepseek_v3", "n_routed_experts"),
+            ("glm4_moe", "n_routed_experts"),
+            ("mixtral", "num_experts"),
+        ] {
+            let e = parse_hf_config(&c(t, k), "c").unwrap_err();
+            assert_eq!(e.field, format!("c.{k}"), "{t}: {e}");
+        }
+        for t in ["qwen2_moe", "qwen3_moe"] {
+            let a = parse_hf_config(&c(t, "num_experts"), "c").unwrap();
+            assert!(a.moe.is_none(), "{t}");
         }
     }
 
