@@ -410,3 +410,101 @@ fn engine_errors_exit_2_and_name_the_field_not_the_file_when_a_flag_set_it() {
     assert_eq!(o.code, 2);
     assert!(o.stderr.contains("no model"), "{}", o.stderr);
 }
+
+/// A flag the run would not use is refused by name, never silently ignored: what only
+/// training uses in inference, --new-tokens in training, a setting of a parallelism the run
+/// does not have, a setting another one overrides.
+#[test]
+fn flags_the_run_would_not_use_are_refused_by_name() {
+    let refused: &[(&[&str], &str)] = &[
+        (&["--new-tokens", "64"], "--new-tokens"),
+        (
+            &["--mode", "inference", "--optimizer", "sgd"],
+            "--optimizer",
+        ),
+        (
+            &["--mode", "inference", "--recompute", "full"],
+            "--recompute",
+        ),
+        (
+            &["--mode", "inference", "--grad-accum", "4"],
+            "--grad-accum",
+        ),
+        (&["--sp", "off"], "--sp"),
+        (&["--loss-parallel", "off"], "--loss-parallel"),
+        (&["--cp-load-balance", "off"], "--cp-load-balance"),
+        (&["--ep-impl", "hf"], "--ep-impl"),
+        (&["--schedule", "gpipe"], "--schedule"),
+        (&["--wrap", "titan", "--dp", "4", "--zero", "1"], "--wrap"),
+        (
+            &["--pp", "2", "--virtual-stages", "4"],
+            "parallel.virtual_stages",
+        ),
+        (
+            &["--dp", "4", "--fsdp", "full_shard", "--zero", "1"],
+            "parallel.fsdp",
+        ),
+        (
+            &[
+                "--dp",
+                "4",
+                "--fsdp",
+                "full_shard",
+                "--framework",
+                "megatron",
+            ],
+            "parallel.fsdp",
+        ),
+    ];
+    for (args, flag) in refused {
+        let mut a = vec!["estimate", "--model", "llama3.1-8b"];
+        a.extend_from_slice(args);
+        let o = gpumem(&a);
+        assert_eq!(o.code, 2, "{args:?}: {}", o.stdout);
+        assert!(
+            o.stderr.starts_with(&format!("error: {flag}: ")),
+            "{args:?}: {}",
+            o.stderr
+        );
+    }
+    let taken: &[&[&str]] = &[
+        &["--tp", "2", "--sp", "off", "--loss-parallel", "off"],
+        &["--mode", "inference", "--new-tokens", "64"],
+        &["--dp", "4", "--zero", "3", "--wrap", "titan"],
+        &[
+            "--pp",
+            "2",
+            "--schedule",
+            "interleaved",
+            "--virtual-stages",
+            "4",
+            "--grad-accum",
+            "4",
+        ],
+        &["--cp", "2", "--cp-load-balance", "off"],
+    ];
+    for args in taken {
+        let mut a = vec!["estimate", "--model", "llama3.1-8b"];
+        a.extend_from_slice(args);
+        let o = gpumem(&a);
+        assert_eq!(o.code, 0, "{args:?}: {}", o.stderr);
+    }
+    let o = gpumem(&[
+        "plan",
+        "--model",
+        "gpt2",
+        "--seq",
+        "512",
+        "--gpus",
+        "8",
+        "--no-offload",
+        "--host-memory-gb",
+        "100",
+    ]);
+    assert_eq!(o.code, 2);
+    assert!(
+        o.stderr.starts_with("error: --host-memory-gb: "),
+        "{}",
+        o.stderr
+    );
+}
