@@ -104,7 +104,7 @@ pub struct ScenarioFlags {
     /// The format of tests/data/calibration-scenarios.jsonl's "scenario" objects, and of the
     /// scenarios `gpumem plan --json` emits. At most 4 MiB, a regular file; a UTF-8 byte-order
     /// mark is allowed.
-    #[arg(long, value_name = "FILE", help_heading = "Model")]
+    #[arg(long, value_name = "FILE", help_heading = "Model", value_parser = path)]
     pub scenario: Option<String>,
 
     /// A preset model (see `gpumem presets`), e.g. llama3.1-8b
@@ -120,7 +120,7 @@ pub struct ScenarioFlags {
     ///
     /// Its architecture keys are read (hidden_size, num_hidden_layers, …); other keys are
     /// ignored. At most 4 MiB, a regular file; a UTF-8 byte-order mark is allowed.
-    #[arg(long, value_name = "FILE", help_heading = "Model")]
+    #[arg(long, value_name = "FILE", help_heading = "Model", value_parser = path)]
     pub hf_config: Option<String>,
 
     /// train or inference [default: train]
@@ -356,6 +356,13 @@ fn layouts(v: &str) -> Result<u64, String> {
 }
 fn host_gb(v: &str) -> Result<u64, String> {
     whole(v, || format!("at most {MAX_HOST_GB} GB"))
+}
+
+fn path(v: &str) -> Result<String, String> {
+    match v {
+        "" => Err("the file name is empty".into()),
+        _ => Ok(v.to_string()),
+    }
 }
 
 fn on_off(v: &str) -> Result<bool, String> {

@@ -508,3 +508,46 @@ fn flags_the_run_would_not_use_are_refused_by_name() {
         o.stderr
     );
 }
+
+/// A key twice in one object would lose one of its values: refused at FILE:LINE:COLUMN. An
+/// empty file name is refused by its flag.
+#[test]
+fn a_key_given_twice_or_an_empty_file_name_is_refused() {
+    let scenario = tmp("twice.json");
+    std::fs::write(
+        &scenario,
+        "{\"model\": \"gpt2\", \"seq\": 512,\n \"batch\": 2, \"batch\": 4}",
+    )
+    .unwrap();
+    let path = scenario.to_str().unwrap();
+    let o = gpumem(&["estimate", "--scenario", path]);
+    assert_eq!(o.code, 2);
+    assert!(
+        o.stderr.starts_with(&format!("error: {path}:2:")) && o.stderr.contains("'batch'"),
+        "{}",
+        o.stderr
+    );
+    let config = tmp("twice-config.json");
+    std::fs::write(
+        &config,
+        r#"{"model_type": "llama", "hidden_size": 512, "intermediate_size": 1024,
+            "num_hidden_layers": 2, "num_attention_heads": 8, "vocab_size": 1000,
+            "text_config": {"a": 1, "a": 2}}"#,
+    )
+    .unwrap();
+    let o = gpumem(&["estimate", "--hf-config", config.to_str().unwrap()]);
+    assert_eq!(o.code, 2);
+    assert!(o.stderr.contains("'a' is given twice"), "{}", o.stderr);
+    for flag in ["--scenario", "--hf-config"] {
+        let o = gpumem(&["estimate", "--model", "gpt2", flag, ""]);
+        assert_eq!(o.code, 2);
+        assert!(
+            o.stderr.contains(flag) && o.stderr.contains("empty"),
+            "{}",
+            o.stderr
+        );
+    }
+    for f in ["twice.json", "twice-config.json"] {
+        let _ = std::fs::remove_file(tmp(f));
+    }
+}
