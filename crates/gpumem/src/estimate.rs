@@ -1643,7 +1643,7 @@ fn param_tensors(a: &Architecture) -> Vec<(u64, u64, u64)> {
 }
 
 /// (count, rows, cols) of the LoRA adapters (A: r × in, B: out × r) on `targets`.
-fn lora_params(a: &Architecture, targets: &[String], r: u64) -> Vec<(u64, u64, u64)> {
+pub(crate) fn lora_params(a: &Architecture, targets: &[String], r: u64) -> Vec<(u64, u64, u64)> {
     let mut v = Vec::new();
     let dense = (0..a.layers).filter(|&l| !a.layer_kind(l).moe).count() as u64;
     // Linear-attention layers (gated DeltaNet) have no q/k/v/o projections for the targets

@@ -526,6 +526,28 @@ impl Scenario {
                 }
             }
         }
+        // peft refuses targets that name no module of the model (GPT-2's c_attn, a fused
+        // qkv_proj): no adapter, nothing trained.
+        if let (Model::Arch { arch, .. }, Finetune::Lora(l)) = (&self.model, &self.finetune) {
+            if crate::estimate::lora_params(arch, &l.targets, l.rank).is_empty() {
+                let mut names: Vec<&str> = Vec::new();
+                let mut mods = arch.attention_linears();
+                mods.extend(arch.mlp_linears(arch.intermediate));
+                for (n, _) in mods {
+                    if !names.contains(&n) {
+                        names.push(n);
+                    }
+                }
+                return Err(Error::new(
+                    "finetune",
+                    format!(
+                        "no LoRA target ({}) is a layer of this model's: {}",
+                        l.targets.join(", "),
+                        names.join(", ")
+                    ),
+                ));
+            }
+        }
         let w = self.precision.weights;
         let quantized_ok =
             matches!(self.finetune, Finetune::Lora(_)) || self.mode == Mode::Inference;
@@ -1163,6 +1185,26 @@ mod tests {
             assert_eq!(e.field, field, "{e}");
             assert!(e.message.starts_with("unknown key"), "{e}");
         }
+    }
+
+    /// LoRA targets that name no layer of the model would train nothing (peft refuses them).
+    #[test]
+    fn lora_targets_that_name_no_layer_are_refused() {
+        for m in [
+            "gpt2",
+            "pythia-1b",
+            "falcon-7b",
+            "phi-3.5-mini",
+            "deepseek-v3",
+        ] {
+            let e = Scenario::from_value(&json!({"model": m, "finetune": "qlora", "seq": 512}))
+                .unwrap_err();
+            assert_eq!(e.field, "finetune", "{m}: {e}");
+        }
+        let ok =
+            json!({"model": "gpt2", "seq": 512, "finetune": {"lora": {"targets": ["c_attn"]}}});
+        Scenario::from_value(&ok).unwrap();
+        Scenario::from_value(&json!({"model": "llama3.1-8b", "finetune": "lora"})).unwrap();
     }
 
     /// A setting that another one would silently override, or that the schedule given does
