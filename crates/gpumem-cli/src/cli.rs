@@ -483,6 +483,7 @@ pub fn unused(f: &ScenarioFlags, s: &gpumem::Scenario) -> Result<(), String> {
         (f.grad_accum.is_some() && !train, "--grad-accum", training),
         (f.offload.is_some() && !train, "--offload", training),
         (f.wrap.is_some() && !train, "--wrap", training),
+        (f.framework.is_some() && !train, "--framework", training),
         (
             f.grad_reduce_in_bf16 && !train,
             "--grad-reduce-in-bf16",
@@ -490,9 +491,9 @@ pub fn unused(f: &ScenarioFlags, s: &gpumem::Scenario) -> Result<(), String> {
         ),
         (f.sp.is_some() && p.tp == 1, "--sp", "needs --tp above 1"),
         (
-            f.loss_parallel.is_some() && p.tp == 1,
+            f.loss_parallel.is_some() && (p.tp == 1 || p.framework != Framework::Fsdp),
             "--loss-parallel",
-            "needs --tp above 1",
+            "needs --tp above 1 under fsdp (Megatron's loss is always vocabulary-parallel)",
         ),
         (
             f.cp_load_balance.is_some() && p.cp == 1,
@@ -500,9 +501,9 @@ pub fn unused(f: &ScenarioFlags, s: &gpumem::Scenario) -> Result<(), String> {
             "needs --cp above 1",
         ),
         (
-            f.ep_impl.is_some() && p.ep == 1,
+            f.ep_impl.is_some() && (p.ep == 1 || p.framework != Framework::Fsdp),
             "--ep-impl",
-            "needs --ep above 1",
+            "needs --ep above 1 under fsdp",
         ),
         (
             f.schedule.is_some() && p.pp == 1,

@@ -434,6 +434,21 @@ fn flags_the_run_would_not_use_are_refused_by_name() {
         (&["--loss-parallel", "off"], "--loss-parallel"),
         (&["--cp-load-balance", "off"], "--cp-load-balance"),
         (&["--ep-impl", "hf"], "--ep-impl"),
+        (
+            &[
+                "--tp",
+                "2",
+                "--framework",
+                "megatron",
+                "--loss-parallel",
+                "off",
+            ],
+            "--loss-parallel",
+        ),
+        (
+            &["--mode", "inference", "--framework", "megatron"],
+            "--framework",
+        ),
         (&["--schedule", "gpipe"], "--schedule"),
         (&["--wrap", "titan", "--dp", "4", "--zero", "1"], "--wrap"),
         (
