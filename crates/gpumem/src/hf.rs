@@ -348,11 +348,22 @@ pub fn parse_hf_config(v: &Value, at: &str) -> Result<Architecture> {
     Ok(arch)
 }
 
+/// At most `n` characters of an input, to quote it. Control and bidirectional-override
+/// characters (a terminal's escapes, line breaks) are shown as U+FFFD: the text is data.
 pub(crate) fn truncate(s: &str, n: usize) -> String {
-    if s.chars().count() <= n {
-        s.to_string()
+    let t = s
+        .chars()
+        .take(n)
+        .map(|c| match c {
+            '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' => '\u{fffd}',
+            c if c.is_control() => '\u{fffd}',
+            c => c,
+        })
+        .collect::<String>();
+    if s.chars().nth(n).is_none() {
+        t
     } else {
-        s.chars().take(n).collect::<String>() + "…"
+        t + "…"
     }
 }
 
@@ -1643,6 +1654,34 @@ mod tests {
         ] {
             assert!(e.message.contains(t), "{e}");
         }
+    }
+
+    /// Quoted input is data: a terminal's escapes, line breaks and bidirectional overrides in
+    /// a model type, a key, a model's or a GPU's name never reach the output as such.
+    #[test]
+    fn quoted_input_carries_no_control_characters() {
+        let hostile = "a\u{1b}[2J\r\nb\u{7}\u{202e}c";
+        let e = parse_hf_config(&json!({ "model_type": hostile }), "c").unwrap_err();
+        assert!(
+            e.message
+                .contains("a\u{fffd}[2j\u{fffd}\u{fffd}b\u{fffd}\u{fffd}c"),
+            "{e}"
+        );
+        let e = crate::Scenario::from_value(&json!({"model": "gpt2", hostile: 1})).unwrap_err();
+        assert!(!e.field.chars().any(char::is_control), "{e}");
+        let s = crate::Scenario::from_value(&json!({"seq": 512,
+            "model": {"name": hostile, "hf_config": {"model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": 2, "vocab_size": 100}},
+            "gpu": {"name": hostile, "capacity_bytes": 1u64 << 34}}))
+        .unwrap();
+        let e = crate::estimate(&s).unwrap();
+        for t in [&e.model, &e.gpu] {
+            assert!(
+                !t.chars().any(|c| c.is_control() || c == '\u{202e}'),
+                "{t:?}"
+            );
+        }
+        assert_eq!(truncate("abcdef", 3), "abc…");
+        assert_eq!(truncate("abc", 3), "abc");
     }
 
     #[test]
