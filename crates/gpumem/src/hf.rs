@@ -1469,6 +1469,16 @@ pub fn parse_explicit(v: &Value, at: &str) -> Result<Architecture> {
     };
     m.insert("model_type".into(), Value::String(model_type.clone()));
     for (k, val) in o.map.iter() {
+        // A misspelt key (`kv_head`) would otherwise be ignored and its default taken.
+        if !renames.iter().any(|r| r.0 == k) && !HF_KEYS.contains(&k.as_str()) {
+            if k == "family" || k == "name" {
+                continue;
+            }
+            return Err(Error::new(
+                o.path(&crate::knobs::shown(k)),
+                "unknown key (known: family, name, hidden, layers, heads, kv_heads, intermediate, vocab, tied, experts, top_k, or a config.json key)",
+            ));
+        }
         let key = renames
             .iter()
             .find(|(short, _, _)| short == k)

@@ -737,9 +737,17 @@ fn parse_model(v: &Value) -> Result<Model> {
         Value::Object(_) => {
             let o = Obj::new(v, "model")?;
             if let Some(p) = o.str_opt("preset")? {
-                return preset_model(p, "model.preset");
+                o.only(&["preset", "name"])?;
+                return match (preset_model(p, "model.preset")?, o.str_opt("name")?) {
+                    (Model::Arch { arch, .. }, Some(n)) => Ok(Model::Arch {
+                        name: truncate(n, 60),
+                        arch,
+                    }),
+                    (m, _) => Ok(m),
+                };
             }
             if let Some(c) = o.get("hf_config") {
+                o.only(&["hf_config", "name"])?;
                 let arch = hf::parse_hf_config(c, "model.hf_config")?;
                 let name = o
                     .str_opt("name")?
@@ -751,6 +759,7 @@ fn parse_model(v: &Value) -> Result<Model> {
                 && o.get("hidden").is_none()
                 && o.get("hidden_size").is_none()
             {
+                o.only(&["params"])?;
                 let n = o.u64_req("params")?;
                 if n == 0 {
                     return Err(Error::new("model.params", "must be at least 1"));
@@ -765,7 +774,10 @@ fn parse_model(v: &Value) -> Result<Model> {
             }
             let arch = hf::parse_explicit(v, "model")?;
             Ok(Model::Arch {
-                name: format!("custom {}", arch.family.name()),
+                name: o
+                    .str_opt("name")?
+                    .map(|s| truncate(s, 60))
+                    .unwrap_or_else(|| format!("custom {}", arch.family.name())),
                 arch,
             })
         }
@@ -1185,6 +1197,39 @@ mod tests {
             assert_eq!(e.field, field, "{e}");
             assert!(e.message.starts_with("unknown key"), "{e}");
         }
+    }
+
+    /// The model object's keys are checked like the scenario's: a misspelt explicit key
+    /// (`kv_head`) took its default, a second way to name the model was ignored.
+    #[test]
+    fn the_model_objects_unknown_or_extra_keys_are_refused() {
+        let explicit = json!({"hidden": 512, "layers": 2, "heads": 8, "vocab": 1000,
+            "intermediate": 1024, "kv_head": 2});
+        let gpt2 = json!({"model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": 2,
+            "vocab_size": 100});
+        for (m, field) in [
+            (explicit, "model.kv_head"),
+            (
+                json!({"preset": "gpt2", "hf_config": gpt2}),
+                "model.hf_config",
+            ),
+            (json!({"hf_config": gpt2, "layers": 99}), "model.layers"),
+            (
+                json!({"params": 7_000_000_000u64, "bogus": 1}),
+                "model.bogus",
+            ),
+        ] {
+            let e = Scenario::from_value(&json!({"model": m.clone(), "seq": 512})).unwrap_err();
+            assert_eq!(e.field, field, "{m}: {e}");
+        }
+        let named = json!({"model": {"name": "mine", "hidden": 512, "layers": 2, "heads": 8,
+            "vocab": 1000, "intermediate": 1024, "kv_heads": 2, "num_experts_per_tok": null}});
+        let s = Scenario::from_value(&named).unwrap();
+        assert!(matches!(&s.model, Model::Arch { name, .. } if name == "mine"));
+        let s =
+            Scenario::from_value(&json!({"model": {"preset": "gpt2", "name": "mine"}, "seq": 512}))
+                .unwrap();
+        assert!(matches!(&s.model, Model::Arch { name, .. } if name == "mine"));
     }
 
     /// LoRA targets that name no layer of the model would train nothing (peft refuses them).
