@@ -42,6 +42,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 CONFIGS = os.path.join(ROOT, "tests/data/models/configs")
 SCENARIOS = os.path.join(ROOT, "tests/data/calibration-scenarios.jsonl")
 MARK = "<img src=x onerror=alert(1)>"
+ESC = "\u001b[2J\r\nverdict fits\u0007"  # a terminal's escapes
 
 HUGE = [2**24, 2**31, 2**32, 2**40, 2**53, 2**63, 2**64 - 1, 2**64, 10**30]
 NUMS = [0, 1, 2, 3, 5, 7, 8, 13, 64, 100, 4096, 65536, 1000000, -1, -2**63]
@@ -63,7 +64,7 @@ def hostile_value(r, key=None):
         return r.choice([0.5, 1.5, -0.5, 1e300, -1e300, 1e-300, 2.0, 1e6, 1e19, 4096.0])
     if c < 0.45:
         return r.choice([None, True, False, "", "x", "null", "NaN", "Infinity", "-1", "4096",
-                         " 12", "1e3", MARK, "é" * 50, "\u202e", "a" * 5000])
+                         " 12", "1e3", MARK, "é" * 50, "\u202e", "a" * 5000, ESC])
     if c < 0.55:
         return r.choice([[], [1], [0, 0], [1, 2, 3], [None], ["full_attention"], [[1]], {},
                          {"a": 1}, [MARK], list(range(100))])
@@ -336,6 +337,7 @@ def mutate_scenario(r, s, keys):
             s["gpu"] = r.choice([{"capacity_bytes": 0}, {"capacity_bytes": 2**20},
                                  {"capacity_bytes": 2**50}, {"capacity_bytes": 2**50 + 1},
                                  {"name": MARK, "capacity_bytes": 2**34}, {"name": "H200"},
+                                 {"name": ESC, "capacity_bytes": 2**34},
                                  {"name": "x"}, {}, "H100-80GB"])
         elif c < 0.83:
             s["allocator"] = r.choice([{"max_split_size_mb": 20}, {"max_split_size_mb": 21},
@@ -353,7 +355,10 @@ def mutate_scenario(r, s, keys):
                 {"family": "mixtral", "hidden": 4096, "layers": 32, "heads": 32, "vocab": 32000,
                  "intermediate": 14336, "experts": r.choice([0, 1, 8]),
                  "top_k": r.choice([0, 2, 9])},
-                {"name": MARK, "preset": "gpt2"},
+                {"name": MARK, "preset": "gpt2"}, {"name": ESC, "preset": "gpt2"},
+                {"preset": "gpt2", "hf_config": {}}, {"params": 7 * 10**9, "kv_head": 8},
+                {"hidden": 4096, "layers": 32, "heads": 32, "vocab": 32000,
+                 "intermediate": 11008, "kv_head": 8},
                 {"name": MARK, "hf_config": {"model_type": "gpt2", "n_embd": 768, "n_layer": 12,
                                              "n_head": 12, "vocab_size": 50257}}])
         else:
@@ -408,8 +413,10 @@ def invariants(d):
             bad.append("not device >= reserved >= peak > 0")
         if d["headroom_bytes"] != d["capacity_bytes"] - d["device_bytes"]:
             bad.append("headroom != capacity - device")
-        if d["fits"] != (d["headroom_bytes"] >= 0):
-            bad.append("fits disagrees with headroom")
+        if d["fits"] and d["headroom_bytes"] < 0:
+            bad.append("fits with a negative headroom")
+        if not d["fits"] and d["headroom_bytes"] >= 0 and not d["fragmentation_oom"]:
+            bad.append("does not fit with headroom and no fragmentation")
         if any(t["bytes"] > d["peak_bytes"] or t["bytes"] < 0 for t in d["timeline"]):
             bad.append("a timeline point above the peak")
         if not d["params"] >= max(d["trainable_params"], d["active_params"]):
@@ -505,8 +512,12 @@ def check(case, argv, paths, rc, so, se):
                 found.append(("table", t))
     # A name the scenario gives (model.name, gpu.name) is a label, echoed as data.
     named = re.sub(r'"(model|gpu)": "[^"]*"|^(model|GPU) .*$', "", out, flags=re.M)
+    if argv[1] == "plan" and "--json" in argv:
+        named = ""  # each layout's scenario carries the config as given, as JSON data
     if MARK in named:
         found.append(("markup", "input markup in the output"))
+    if "\x1b" in out or "\x1b" in err or "\x07" in out or "\x07" in err:
+        found.append(("markup", "a terminal escape in the output"))
     elif MARK in err and not re.search(r"'" + re.escape(MARK[:20]), err):
         found.append(("markup", "input markup in an error, unquoted"))
     return found
