@@ -33,7 +33,8 @@ pub struct Estimate {
     pub peak_phase: String,
     /// Bytes by component at the peak (they add up to `peak_bytes`).
     pub components: crate::map::Components,
-    /// Weights + master weights + gradients + optimizer states on this GPU.
+    /// Weights + master weights + gradients + optimizer states on this GPU, and under
+    /// DeepSpeed ZeRO-3 its persistent buffers for gathered parameters (in no other figure).
     pub model_states_bytes: u64,
     pub weights_bytes: u64,
     pub master_weights_bytes: u64,
