@@ -104,7 +104,7 @@ pub struct ScenarioFlags {
     /// The format of tests/data/calibration-scenarios.jsonl's "scenario" objects, and of the
     /// scenarios `gpumem plan --json` emits. At most 4 MiB, a regular file; a UTF-8 byte-order
     /// mark is allowed.
-    #[arg(long, value_name = "FILE", help_heading = "Model")]
+    #[arg(long, value_name = "FILE", help_heading = "Model", value_parser = path)]
     pub scenario: Option<String>,
 
     /// A preset model (see `gpumem presets`), e.g. llama3.1-8b
@@ -120,7 +120,7 @@ pub struct ScenarioFlags {
     ///
     /// Its architecture keys are read (hidden_size, num_hidden_layers, …); other keys are
     /// ignored. At most 4 MiB, a regular file; a UTF-8 byte-order mark is allowed.
-    #[arg(long, value_name = "FILE", help_heading = "Model")]
+    #[arg(long, value_name = "FILE", help_heading = "Model", value_parser = path)]
     pub hf_config: Option<String>,
 
     /// train or inference [default: train]
@@ -220,7 +220,7 @@ pub struct ScenarioFlags {
     #[arg(long, value_name = "N", help_heading = "Parallelism", value_parser = micro_batches, allow_negative_numbers = true)]
     pub grad_accum: Option<u64>,
 
-    /// Pipeline schedule: 1f1b or interleaved [default: 1f1b]
+    /// Pipeline schedule: 1f1b, interleaved or gpipe [default: 1f1b]
     #[arg(long, value_name = "NAME", help_heading = "Parallelism")]
     pub schedule: Option<String>,
 
@@ -358,6 +358,13 @@ fn host_gb(v: &str) -> Result<u64, String> {
     whole(v, || format!("at most {MAX_HOST_GB} GB"))
 }
 
+fn path(v: &str) -> Result<String, String> {
+    match v {
+        "" => Err("the file name is empty".into()),
+        _ => Ok(v.to_string()),
+    }
+}
+
 fn on_off(v: &str) -> Result<bool, String> {
     match v {
         "on" | "true" => Ok(true),
@@ -454,6 +461,70 @@ pub fn apply(
         }
     }
     Ok(set)
+}
+
+/// Flags this run would not use, each refused by name rather than silently ignored: what
+/// only training uses under `--mode inference`, `--new-tokens` in training, and a setting of a
+/// parallelism (tensor, context, expert, pipeline, FSDP sharding) the run does not have.
+pub fn unused(f: &ScenarioFlags, s: &gpumem::Scenario) -> Result<(), String> {
+    use gpumem::scenario::{Framework, Mode};
+    let p = &s.parallel;
+    let train = s.mode == Mode::Train;
+    let training = "a training setting, unused with --mode inference";
+    let rules = [
+        (
+            f.new_tokens.is_some() && train,
+            "--new-tokens",
+            "counts in --mode inference only; a training step generates no tokens",
+        ),
+        (f.optimizer.is_some() && !train, "--optimizer", training),
+        (f.recompute.is_some() && !train, "--recompute", training),
+        (f.loss.is_some() && !train, "--loss", training),
+        (f.grad_accum.is_some() && !train, "--grad-accum", training),
+        (f.offload.is_some() && !train, "--offload", training),
+        (f.wrap.is_some() && !train, "--wrap", training),
+        (f.framework.is_some() && !train, "--framework", training),
+        (
+            f.grad_reduce_in_bf16 && !train,
+            "--grad-reduce-in-bf16",
+            training,
+        ),
+        (f.sp.is_some() && p.tp == 1, "--sp", "needs --tp above 1"),
+        (
+            f.loss_parallel.is_some() && (p.tp == 1 || p.framework != Framework::Fsdp),
+            "--loss-parallel",
+            "needs --tp above 1 under fsdp (Megatron's loss is always vocabulary-parallel)",
+        ),
+        (
+            f.cp_load_balance.is_some() && p.cp == 1,
+            "--cp-load-balance",
+            "needs --cp above 1",
+        ),
+        (
+            f.ep_impl.is_some() && (p.ep == 1 || p.framework != Framework::Fsdp),
+            "--ep-impl",
+            "needs --ep above 1 under fsdp",
+        ),
+        (
+            f.schedule.is_some() && p.pp == 1,
+            "--schedule",
+            "needs --pp above 1",
+        ),
+        (
+            f.virtual_stages.is_some() && p.pp == 1,
+            "--virtual-stages",
+            "needs --pp above 1",
+        ),
+        (
+            f.wrap.is_some() && (p.zero < 2 || p.framework == Framework::DeepSpeed),
+            "--wrap",
+            "sets FSDP's units: needs --zero 2 or 3 (or --fsdp) under fsdp or megatron",
+        ),
+    ];
+    match rules.iter().find(|r| r.0) {
+        Some((_, flag, why)) => Err(format!("{flag}: {why}")),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]

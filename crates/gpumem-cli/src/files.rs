@@ -81,9 +81,72 @@ pub fn read(path: &str) -> Result<String, String> {
     })
 }
 
-/// A file's JSON; errors name the file, line and column.
+/// A file's JSON; errors name the file, line and column. A key twice in one object is an
+/// error (serde_json would keep the last silently, and the other value is lost).
 pub fn read_json(path: &str) -> Result<Value, String> {
     let text = read(path)?;
-    serde_json::from_str(&text)
+    serde_json::from_str::<Unique>(&text)
+        .map(|u| u.0)
         .map_err(|e| format!("{path}:{}:{}: malformed JSON: {e}", e.line(), e.column()))
+}
+
+/// A JSON value whose objects name each key once.
+struct Unique(Value);
+
+impl<'de> serde::Deserialize<'de> for Unique {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(UniqueVisitor).map(Unique)
+    }
+}
+
+struct UniqueVisitor;
+
+impl<'de> serde::de::Visitor<'de> for UniqueVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, b: bool) -> Result<Value, E> {
+        Ok(Value::Bool(b))
+    }
+    fn visit_i64<E>(self, n: i64) -> Result<Value, E> {
+        Ok(n.into())
+    }
+    fn visit_u64<E>(self, n: u64) -> Result<Value, E> {
+        Ok(n.into())
+    }
+    fn visit_f64<E>(self, x: f64) -> Result<Value, E> {
+        Ok(x.into())
+    }
+    fn visit_str<E>(self, s: &str) -> Result<Value, E> {
+        Ok(s.into())
+    }
+    fn visit_string<E>(self, s: String) -> Result<Value, E> {
+        Ok(s.into())
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<Value, A::Error> {
+        let mut v = Vec::new();
+        while let Some(Unique(x)) = a.next_element()? {
+            v.push(x);
+        }
+        Ok(Value::Array(v))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<Value, A::Error> {
+        let mut m = serde_json::Map::new();
+        while let Some(k) = a.next_key::<String>()? {
+            let Unique(x) = a.next_value()?;
+            if m.contains_key(&k) {
+                return Err(serde::de::Error::custom(format!(
+                    "the key '{}' is given twice",
+                    gpumem::knobs::shown(&k)
+                )));
+            }
+            m.insert(k, x);
+        }
+        Ok(Value::Object(m))
+    }
 }

@@ -42,6 +42,7 @@ fn run(cli: Cli) -> Result<String, String> {
         Command::Estimate(a) => {
             let input = Input::new(&a.scenario, None)?;
             let scenario = Scenario::from_value(&input.value()).map_err(|e| input.error(e))?;
+            cli::unused(&a.scenario, &scenario)?;
             let e = estimate(&scenario).map_err(|e| e.to_string())?;
             Ok(if a.json {
                 serde_json::to_string_pretty(&e).expect("estimate serialises")
@@ -52,6 +53,11 @@ fn run(cli: Cli) -> Result<String, String> {
         Command::Plan(a) => {
             let input = Input::new(&a.scenario, Some(&a.plan))?;
             let req = plan::Request::from_value(&input.value()).map_err(|e| input.error(e))?;
+            if a.plan.host_memory_gb.is_some() && !req.offload {
+                return Err(
+                    "--host-memory-gb: is for offload, which --no-offload rules out".into(),
+                );
+            }
             let p = plan::plan(&req);
             Ok(if a.json {
                 serde_json::to_string_pretty(&p).expect("plan serialises")

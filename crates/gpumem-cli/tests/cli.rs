@@ -410,3 +410,159 @@ fn engine_errors_exit_2_and_name_the_field_not_the_file_when_a_flag_set_it() {
     assert_eq!(o.code, 2);
     assert!(o.stderr.contains("no model"), "{}", o.stderr);
 }
+
+/// A flag the run would not use is refused by name, never silently ignored: what only
+/// training uses in inference, --new-tokens in training, a setting of a parallelism the run
+/// does not have, a setting another one overrides.
+#[test]
+fn flags_the_run_would_not_use_are_refused_by_name() {
+    let refused: &[(&[&str], &str)] = &[
+        (&["--new-tokens", "64"], "--new-tokens"),
+        (
+            &["--mode", "inference", "--optimizer", "sgd"],
+            "--optimizer",
+        ),
+        (
+            &["--mode", "inference", "--recompute", "full"],
+            "--recompute",
+        ),
+        (
+            &["--mode", "inference", "--grad-accum", "4"],
+            "--grad-accum",
+        ),
+        (&["--sp", "off"], "--sp"),
+        (&["--loss-parallel", "off"], "--loss-parallel"),
+        (&["--cp-load-balance", "off"], "--cp-load-balance"),
+        (&["--ep-impl", "hf"], "--ep-impl"),
+        (
+            &[
+                "--tp",
+                "2",
+                "--framework",
+                "megatron",
+                "--loss-parallel",
+                "off",
+            ],
+            "--loss-parallel",
+        ),
+        (
+            &["--mode", "inference", "--framework", "megatron"],
+            "--framework",
+        ),
+        (&["--schedule", "gpipe"], "--schedule"),
+        (&["--wrap", "titan", "--dp", "4", "--zero", "1"], "--wrap"),
+        (
+            &["--pp", "2", "--virtual-stages", "4"],
+            "parallel.virtual_stages",
+        ),
+        (
+            &["--dp", "4", "--fsdp", "full_shard", "--zero", "1"],
+            "parallel.fsdp",
+        ),
+        (
+            &[
+                "--dp",
+                "4",
+                "--fsdp",
+                "full_shard",
+                "--framework",
+                "megatron",
+            ],
+            "parallel.fsdp",
+        ),
+    ];
+    for (args, flag) in refused {
+        let mut a = vec!["estimate", "--model", "llama3.1-8b"];
+        a.extend_from_slice(args);
+        let o = gpumem(&a);
+        assert_eq!(o.code, 2, "{args:?}: {}", o.stdout);
+        assert!(
+            o.stderr.starts_with(&format!("error: {flag}: ")),
+            "{args:?}: {}",
+            o.stderr
+        );
+    }
+    let taken: &[&[&str]] = &[
+        &["--tp", "2", "--sp", "off", "--loss-parallel", "off"],
+        &["--mode", "inference", "--new-tokens", "64"],
+        &["--dp", "4", "--zero", "3", "--wrap", "titan"],
+        &[
+            "--pp",
+            "2",
+            "--schedule",
+            "interleaved",
+            "--virtual-stages",
+            "4",
+            "--grad-accum",
+            "4",
+        ],
+        &["--cp", "2", "--cp-load-balance", "off"],
+    ];
+    for args in taken {
+        let mut a = vec!["estimate", "--model", "llama3.1-8b"];
+        a.extend_from_slice(args);
+        let o = gpumem(&a);
+        assert_eq!(o.code, 0, "{args:?}: {}", o.stderr);
+    }
+    let o = gpumem(&[
+        "plan",
+        "--model",
+        "gpt2",
+        "--seq",
+        "512",
+        "--gpus",
+        "8",
+        "--no-offload",
+        "--host-memory-gb",
+        "100",
+    ]);
+    assert_eq!(o.code, 2);
+    assert!(
+        o.stderr.starts_with("error: --host-memory-gb: "),
+        "{}",
+        o.stderr
+    );
+}
+
+/// A key twice in one object would lose one of its values: refused at FILE:LINE:COLUMN. An
+/// empty file name is refused by its flag.
+#[test]
+fn a_key_given_twice_or_an_empty_file_name_is_refused() {
+    let scenario = tmp("twice.json");
+    std::fs::write(
+        &scenario,
+        "{\"model\": \"gpt2\", \"seq\": 512,\n \"batch\": 2, \"batch\": 4}",
+    )
+    .unwrap();
+    let path = scenario.to_str().unwrap();
+    let o = gpumem(&["estimate", "--scenario", path]);
+    assert_eq!(o.code, 2);
+    assert!(
+        o.stderr.starts_with(&format!("error: {path}:2:")) && o.stderr.contains("'batch'"),
+        "{}",
+        o.stderr
+    );
+    let config = tmp("twice-config.json");
+    std::fs::write(
+        &config,
+        r#"{"model_type": "llama", "hidden_size": 512, "intermediate_size": 1024,
+            "num_hidden_layers": 2, "num_attention_heads": 8, "vocab_size": 1000,
+            "text_config": {"a": 1, "a": 2}}"#,
+    )
+    .unwrap();
+    let o = gpumem(&["estimate", "--hf-config", config.to_str().unwrap()]);
+    assert_eq!(o.code, 2);
+    assert!(o.stderr.contains("'a' is given twice"), "{}", o.stderr);
+    for flag in ["--scenario", "--hf-config"] {
+        let o = gpumem(&["estimate", "--model", "gpt2", flag, ""]);
+        assert_eq!(o.code, 2);
+        assert!(
+            o.stderr.contains(flag) && o.stderr.contains("empty"),
+            "{}",
+            o.stderr
+        );
+    }
+    for f in ["twice.json", "twice-config.json"] {
+        let _ = std::fs::remove_file(tmp(f));
+    }
+}

@@ -33,7 +33,8 @@ pub struct Estimate {
     pub peak_phase: String,
     /// Bytes by component at the peak (they add up to `peak_bytes`).
     pub components: crate::map::Components,
-    /// Weights + master weights + gradients + optimizer states on this GPU.
+    /// Weights + master weights + gradients + optimizer states on this GPU, and under
+    /// DeepSpeed ZeRO-3 its persistent buffers for gathered parameters (in no other figure).
     pub model_states_bytes: u64,
     pub weights_bytes: u64,
     pub master_weights_bytes: u64,
@@ -1643,7 +1644,7 @@ fn param_tensors(a: &Architecture) -> Vec<(u64, u64, u64)> {
 }
 
 /// (count, rows, cols) of the LoRA adapters (A: r × in, B: out × r) on `targets`.
-fn lora_params(a: &Architecture, targets: &[String], r: u64) -> Vec<(u64, u64, u64)> {
+pub(crate) fn lora_params(a: &Architecture, targets: &[String], r: u64) -> Vec<(u64, u64, u64)> {
     let mut v = Vec::new();
     let dense = (0..a.layers).filter(|&l| !a.layer_kind(l).moe).count() as u64;
     // Linear-attention layers (gated DeltaNet) have no q/k/v/o projections for the targets

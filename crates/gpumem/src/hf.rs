@@ -348,11 +348,22 @@ pub fn parse_hf_config(v: &Value, at: &str) -> Result<Architecture> {
     Ok(arch)
 }
 
+/// At most `n` characters of an input, to quote it. Control and bidirectional-override
+/// characters (a terminal's escapes, line breaks) are shown as U+FFFD: the text is data.
 pub(crate) fn truncate(s: &str, n: usize) -> String {
-    if s.chars().count() <= n {
-        s.to_string()
+    let t = s
+        .chars()
+        .take(n)
+        .map(|c| match c {
+            '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' => '\u{fffd}',
+            c if c.is_control() => '\u{fffd}',
+            c => c,
+        })
+        .collect::<String>();
+    if s.chars().nth(n).is_none() {
+        t
     } else {
-        s.chars().take(n).collect::<String>() + "…"
+        t + "…"
     }
 }
 
@@ -1073,14 +1084,15 @@ fn parse_moe(o: &Obj<'_>, family: Family, a: &Architecture) -> Result<Option<Moe
         "num_experts" => "num_local_experts",
         _ => "num_local_experts",
     };
-    let experts = match o.bounded_opt(experts_key, 0, MAX_EXPERTS)? {
+    // Qwen's `num_experts: 0` is a dense model; the other families' MoE blocks need experts.
+    let least = u64::from(!matches!(family, Qwen2Moe | Qwen3Moe | Qwen3Next));
+    let experts = match o.bounded_opt(experts_key, least, MAX_EXPERTS)? {
         Some(e) => e,
         None => o
-            .bounded_opt(alias, 0, MAX_EXPERTS)?
+            .bounded_opt(alias, least, MAX_EXPERTS)?
             .unwrap_or(experts_default),
     };
     if experts == 0 {
-        // Qwen's `num_experts: 0` is a dense model.
         return Ok(None);
     }
     let top_k = match (o.get("num_experts_per_tok"), top_default) {
@@ -1457,6 +1469,16 @@ pub fn parse_explicit(v: &Value, at: &str) -> Result<Architecture> {
     };
     m.insert("model_type".into(), Value::String(model_type.clone()));
     for (k, val) in o.map.iter() {
+        // A misspelt key (`kv_head`) would otherwise be ignored and its default taken.
+        if !renames.iter().any(|r| r.0 == k) && !HF_KEYS.contains(&k.as_str()) {
+            if k == "family" || k == "name" {
+                continue;
+            }
+            return Err(Error::new(
+                o.path(&crate::knobs::shown(k)),
+                "unknown key (known: family, name, hidden, layers, heads, kv_heads, intermediate, vocab, tied, experts, top_k, or a config.json key)",
+            ));
+        }
         let key = renames
             .iter()
             .find(|(short, _, _)| short == k)
@@ -1578,6 +1600,31 @@ mod tests {
         }
     }
 
+    /// `num_experts: 0` is Qwen's way to write a dense model; a Mixtral, DeepSeek, GLM,
+    /// gpt-oss or Llama 4 MoE block with no experts is no model (it was read as a dense one).
+    #[test]
+    fn zero_experts_are_dense_only_where_transformers_builds_dense() {
+        let c = |t: &str, k: &str| {
+            json!({"model_type": t, "hidden_size": 64, "num_hidden_layers": 2,
+                "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": 128,
+                "vocab_size": 100, k: 0})
+        };
+        for (t, k) in [
+            ("mixtral", "num_local_experts"),
+            ("gpt_oss", "num_local_experts"),
+            ("deepseek_v3", "n_routed_experts"),
+            ("glm4_moe", "n_routed_experts"),
+            ("mixtral", "num_experts"),
+        ] {
+            let e = parse_hf_config(&c(t, k), "c").unwrap_err();
+            assert_eq!(e.field, format!("c.{k}"), "{t}: {e}");
+        }
+        for t in ["qwen2_moe", "qwen3_moe"] {
+            let a = parse_hf_config(&c(t, "num_experts"), "c").unwrap();
+            assert!(a.moe.is_none(), "{t}");
+        }
+    }
+
     #[test]
     fn periods_are_the_shortest_repeating_prefix() {
         assert_eq!(period(&[1, 1, 1, 2, 1, 1, 1, 2]), vec![1, 1, 1, 2]);
@@ -1617,6 +1664,34 @@ mod tests {
         ] {
             assert!(e.message.contains(t), "{e}");
         }
+    }
+
+    /// Quoted input is data: a terminal's escapes, line breaks and bidirectional overrides in
+    /// a model type, a key, a model's or a GPU's name never reach the output as such.
+    #[test]
+    fn quoted_input_carries_no_control_characters() {
+        let hostile = "a\u{1b}[2J\r\nb\u{7}\u{202e}c";
+        let e = parse_hf_config(&json!({ "model_type": hostile }), "c").unwrap_err();
+        assert!(
+            e.message
+                .contains("a\u{fffd}[2j\u{fffd}\u{fffd}b\u{fffd}\u{fffd}c"),
+            "{e}"
+        );
+        let e = crate::Scenario::from_value(&json!({"model": "gpt2", hostile: 1})).unwrap_err();
+        assert!(!e.field.chars().any(char::is_control), "{e}");
+        let s = crate::Scenario::from_value(&json!({"seq": 512,
+            "model": {"name": hostile, "hf_config": {"model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": 2, "vocab_size": 100}},
+            "gpu": {"name": hostile, "capacity_bytes": 1u64 << 34}}))
+        .unwrap();
+        let e = crate::estimate(&s).unwrap();
+        for t in [&e.model, &e.gpu] {
+            assert!(
+                !t.chars().any(|c| c.is_control() || c == '\u{202e}'),
+                "{t:?}"
+            );
+        }
+        assert_eq!(truncate("abcdef", 3), "abc…");
+        assert_eq!(truncate("abc", 3), "abc");
     }
 
     #[test]

@@ -80,12 +80,7 @@ pub fn count(key: &str, v: &str) -> Result<u64> {
 
 /// Shorten what a user wrote before quoting it back in a message.
 pub fn shown(s: &str) -> String {
-    let t: String = s.chars().take(40).collect();
-    if t.len() < s.len() {
-        format!("{t}…")
-    } else {
-        t
-    }
+    crate::hf::truncate(s, 40)
 }
 
 /// The JSON scenario that knobs describe, validated by the engine. Unknown keys are an error.

@@ -261,7 +261,15 @@ impl Request {
             fixed.grad_accum = has("grad_accum").then_some(gp.grad_accum);
             fixed.schedule = (has("schedule") || has("virtual_stages")).then_some(gp.schedule);
             fixed.offload = has("offload").then_some((gp.offload_optimizer, gp.offload_params));
-            fixed.shard_group = has("shard_group").then_some(gp.shard_group);
+            // HYBRID_SHARD's group: as given, else (dp not given either) the engine's 8.
+            let hybrid = po
+                .str_opt("fsdp")?
+                .is_some_and(|f| f.eq_ignore_ascii_case("hybrid_shard"));
+            fixed.shard_group = if has("shard_group") || (hybrid && has("dp")) {
+                Some(gp.shard_group)
+            } else {
+                hybrid.then_some(8)
+            };
         }
         let mut source = Value::Object(scenario);
         unfix(&mut source);
@@ -693,15 +701,18 @@ impl Sweep<'_> {
                                 && Fixed::allows(fx.grad_accum, m)
                                 && m <= MAX_GRAD_ACCUM
                             {
-                                for v in [1, 2, 4] {
-                                    let sched = if v > 1 {
-                                        Schedule::Interleaved(v)
-                                    } else {
-                                        Schedule::OneFOneB
+                                for (vi, v) in [1, 2, 4].into_iter().enumerate() {
+                                    // A schedule given is the one tried (GPipe, any chunks).
+                                    let sched = match fx.schedule {
+                                        Some(f) if vi == 0 => f,
+                                        Some(_) => continue,
+                                        None if v > 1 => Schedule::Interleaved(v),
+                                        None => Schedule::OneFOneB,
                                     };
-                                    if fx.schedule.is_some_and(|f| f != sched) {
-                                        continue;
-                                    }
+                                    let v = match sched {
+                                        Schedule::Interleaved(v) => v,
+                                        _ => 1,
+                                    };
                                     if v > 1
                                         && (pp == 1
                                             || !a.layers.is_multiple_of(pp * v)
@@ -720,7 +731,6 @@ impl Sweep<'_> {
                                         schedule: sched,
                                         ..base
                                     };
-                                    let vi = v.trailing_zeros() as usize;
                                     let (n, fit) = self.options(par, b, recomputes, b_fits[vi]);
                                     considered += n;
                                     // Under a pipeline the micro-batches per step fall as
@@ -897,10 +907,6 @@ impl Sweep<'_> {
             Recompute::Selective => "selective",
             Recompute::Full => "full",
         };
-        let v_stages = match par.schedule {
-            Schedule::Interleaved(v) => v,
-            Schedule::OneFOneB | Schedule::GPipe => 1,
-        };
         let mut p = json!({
             "dp": par.dp, "tp": par.tp, "pp": par.pp, "cp": par.cp, "ep": par.ep,
             "zero": par.zero, "grad_accum": par.grad_accum, "offload": offload,
@@ -911,9 +917,27 @@ impl Sweep<'_> {
             },
             "sp": par.sp, "capacity_factor": par.capacity_factor,
         });
-        if v_stages > 1 {
-            p["schedule"] = json!("interleaved");
-            p["virtual_stages"] = json!(v_stages);
+        let v_stages = match par.schedule {
+            Schedule::Interleaved(v) => v,
+            Schedule::OneFOneB | Schedule::GPipe => 1,
+        };
+        match par.schedule {
+            Schedule::Interleaved(v) => {
+                p["schedule"] = json!("interleaved");
+                p["virtual_stages"] = json!(v);
+            }
+            Schedule::GPipe => p["schedule"] = json!("gpipe"),
+            Schedule::OneFOneB => {}
+        }
+        if par.shard_group != par.dp {
+            p["shard_group"] = json!(par.shard_group);
+        }
+        // The request's other parallel settings (wrap, loss_parallel, cp_load_balance, …):
+        // without them the scenario would not give these figures.
+        if let (Some(Value::Object(given)), Value::Object(m)) = (v.get("parallel"), &mut p) {
+            for (k, x) in given {
+                m.entry(k.clone()).or_insert_with(|| x.clone());
+            }
         }
         v["parallel"] = p;
         v["batch"] = json!(f.batch);

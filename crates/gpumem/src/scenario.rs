@@ -526,6 +526,28 @@ impl Scenario {
                 }
             }
         }
+        // peft refuses targets that name no module of the model (GPT-2's c_attn, a fused
+        // qkv_proj): no adapter, nothing trained.
+        if let (Model::Arch { arch, .. }, Finetune::Lora(l)) = (&self.model, &self.finetune) {
+            if crate::estimate::lora_params(arch, &l.targets, l.rank).is_empty() {
+                let mut names: Vec<&str> = Vec::new();
+                let mut mods = arch.attention_linears();
+                mods.extend(arch.mlp_linears(arch.intermediate));
+                for (n, _) in mods {
+                    if !names.contains(&n) {
+                        names.push(n);
+                    }
+                }
+                return Err(Error::new(
+                    "finetune",
+                    format!(
+                        "no LoRA target ({}) is a layer of this model's: {}",
+                        l.targets.join(", "),
+                        names.join(", ")
+                    ),
+                ));
+            }
+        }
         let w = self.precision.weights;
         let quantized_ok =
             matches!(self.finetune, Finetune::Lora(_)) || self.mode == Mode::Inference;
@@ -715,9 +737,17 @@ fn parse_model(v: &Value) -> Result<Model> {
         Value::Object(_) => {
             let o = Obj::new(v, "model")?;
             if let Some(p) = o.str_opt("preset")? {
-                return preset_model(p, "model.preset");
+                o.only(&["preset", "name"])?;
+                return match (preset_model(p, "model.preset")?, o.str_opt("name")?) {
+                    (Model::Arch { arch, .. }, Some(n)) => Ok(Model::Arch {
+                        name: truncate(n, 60),
+                        arch,
+                    }),
+                    (m, _) => Ok(m),
+                };
             }
             if let Some(c) = o.get("hf_config") {
+                o.only(&["hf_config", "name"])?;
                 let arch = hf::parse_hf_config(c, "model.hf_config")?;
                 let name = o
                     .str_opt("name")?
@@ -729,6 +759,7 @@ fn parse_model(v: &Value) -> Result<Model> {
                 && o.get("hidden").is_none()
                 && o.get("hidden_size").is_none()
             {
+                o.only(&["params"])?;
                 let n = o.u64_req("params")?;
                 if n == 0 {
                     return Err(Error::new("model.params", "must be at least 1"));
@@ -743,7 +774,10 @@ fn parse_model(v: &Value) -> Result<Model> {
             }
             let arch = hf::parse_explicit(v, "model")?;
             Ok(Model::Arch {
-                name: format!("custom {}", arch.family.name()),
+                name: o
+                    .str_opt("name")?
+                    .map(|s| truncate(s, 60))
+                    .unwrap_or_else(|| format!("custom {}", arch.family.name())),
                 arch,
             })
         }
@@ -930,7 +964,12 @@ fn parse_parallel(v: &Value) -> Result<Parallel> {
     p.zero = z as u8;
     p.shard_group = p.dp;
     if let Some(strategy) = o.str_opt("fsdp")? {
-        p.framework = Framework::Fsdp;
+        if p.framework != Framework::Fsdp {
+            return Err(Error::new(
+                o.path("fsdp"),
+                "is PyTorch FSDP's sharding; it contradicts the framework given",
+            ));
+        }
         p.zero = match strategy.to_ascii_lowercase().as_str() {
             "full_shard" => 3,
             "shard_grad_op" => 2,
@@ -946,6 +985,12 @@ fn parse_parallel(v: &Value) -> Result<Parallel> {
                 ))
             }
         };
+        if o.get("zero").is_some() && z != u64::from(p.zero) {
+            return Err(Error::new(
+                o.path("fsdp"),
+                format!("sets ZeRO stage {}; it contradicts zero {z}", p.zero),
+            ));
+        }
         if strategy.eq_ignore_ascii_case("hybrid_shard") {
             p.shard_group = o.u64_opt("shard_group")?.unwrap_or(8).min(p.dp);
         }
@@ -981,6 +1026,15 @@ fn parse_parallel(v: &Value) -> Result<Parallel> {
         return Err(Error::new(
             o.path("offload"),
             "offloading parameters needs ZeRO-3 / FULL_SHARD (zero: 3)",
+        ));
+    }
+    // Model chunks per stage are the interleaved schedule's (1 is every other's).
+    if o.str_opt("schedule")? != Some("interleaved")
+        && o.u64_opt("virtual_stages")?.is_some_and(|v| v != 1)
+    {
+        return Err(Error::new(
+            o.path("virtual_stages"),
+            "needs schedule \"interleaved\"",
         ));
     }
     p.schedule = match o.str_opt("schedule")? {
@@ -1142,6 +1196,95 @@ mod tests {
             let e = Scenario::from_value(&v).unwrap_err();
             assert_eq!(e.field, field, "{e}");
             assert!(e.message.starts_with("unknown key"), "{e}");
+        }
+    }
+
+    /// The model object's keys are checked like the scenario's: a misspelt explicit key
+    /// (`kv_head`) took its default, a second way to name the model was ignored.
+    #[test]
+    fn the_model_objects_unknown_or_extra_keys_are_refused() {
+        let explicit = json!({"hidden": 512, "layers": 2, "heads": 8, "vocab": 1000,
+            "intermediate": 1024, "kv_head": 2});
+        let gpt2 = json!({"model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": 2,
+            "vocab_size": 100});
+        for (m, field) in [
+            (explicit, "model.kv_head"),
+            (
+                json!({"preset": "gpt2", "hf_config": gpt2}),
+                "model.hf_config",
+            ),
+            (json!({"hf_config": gpt2, "layers": 99}), "model.layers"),
+            (
+                json!({"params": 7_000_000_000u64, "bogus": 1}),
+                "model.bogus",
+            ),
+        ] {
+            let e = Scenario::from_value(&json!({"model": m.clone(), "seq": 512})).unwrap_err();
+            assert_eq!(e.field, field, "{m}: {e}");
+        }
+        let named = json!({"model": {"name": "mine", "hidden": 512, "layers": 2, "heads": 8,
+            "vocab": 1000, "intermediate": 1024, "kv_heads": 2, "num_experts_per_tok": null}});
+        let s = Scenario::from_value(&named).unwrap();
+        assert!(matches!(&s.model, Model::Arch { name, .. } if name == "mine"));
+        let s =
+            Scenario::from_value(&json!({"model": {"preset": "gpt2", "name": "mine"}, "seq": 512}))
+                .unwrap();
+        assert!(matches!(&s.model, Model::Arch { name, .. } if name == "mine"));
+    }
+
+    /// LoRA targets that name no layer of the model would train nothing (peft refuses them).
+    #[test]
+    fn lora_targets_that_name_no_layer_are_refused() {
+        for m in [
+            "gpt2",
+            "pythia-1b",
+            "falcon-7b",
+            "phi-3.5-mini",
+            "deepseek-v3",
+        ] {
+            let e = Scenario::from_value(&json!({"model": m, "finetune": "qlora", "seq": 512}))
+                .unwrap_err();
+            assert_eq!(e.field, "finetune", "{m}: {e}");
+        }
+        let ok =
+            json!({"model": "gpt2", "seq": 512, "finetune": {"lora": {"targets": ["c_attn"]}}});
+        Scenario::from_value(&ok).unwrap();
+        Scenario::from_value(&json!({"model": "llama3.1-8b", "finetune": "lora"})).unwrap();
+    }
+
+    /// A setting that another one would silently override, or that the schedule given does
+    /// not use, is refused by name.
+    #[test]
+    fn contradicting_or_unused_parallel_settings_are_refused() {
+        let par = |p: Value| json!({"model": "llama3.1-8b", "parallel": p});
+        for (p, field) in [
+            (
+                json!({"pp": 2, "virtual_stages": 4}),
+                "parallel.virtual_stages",
+            ),
+            (
+                json!({"pp": 2, "schedule": "1f1b", "virtual_stages": 2}),
+                "parallel.virtual_stages",
+            ),
+            (
+                json!({"dp": 4, "fsdp": "full_shard", "zero": 1}),
+                "parallel.fsdp",
+            ),
+            (
+                json!({"dp": 4, "fsdp": "full_shard", "framework": "megatron"}),
+                "parallel.fsdp",
+            ),
+        ] {
+            let e = Scenario::from_value(&par(p.clone())).unwrap_err();
+            assert_eq!(e.field, field, "{p}: {e}");
+        }
+        for p in [
+            json!({"pp": 2, "virtual_stages": 1}),
+            json!({"pp": 2, "grad_accum": 4, "schedule": "interleaved", "virtual_stages": 4}),
+            json!({"dp": 4, "fsdp": "full_shard", "zero": 3, "framework": "fsdp"}),
+            json!({"dp": 4, "fsdp": "no_shard", "zero": 0}),
+        ] {
+            Scenario::from_value(&par(p.clone())).unwrap_or_else(|e| panic!("{p}: {e}"));
         }
     }
 }

@@ -238,6 +238,43 @@ fn planner_finds_layouts_that_estimate_confirms() {
     assert!(below.is_none_or(|c| c.best.is_none()));
 }
 
+/// Each listed layout's scenario, estimated, gives the plan's figures: it keeps the request's
+/// other parallel settings (loss_parallel, cp_load_balance, wrap, grad_reduce_in_bf16), its
+/// schedule (GPipe too) and HYBRID_SHARD's group. A schedule the sweep does not try by itself
+/// (GPipe, 3 chunks per stage) is planned, not answered with no layouts.
+#[test]
+fn planned_scenarios_estimate_to_the_plans_figures() {
+    for extra in [
+        json!({"loss_parallel": false}),
+        json!({"cp_load_balance": false}),
+        json!({"zero": 3, "wrap": "titan"}),
+        json!({"framework": "megatron", "grad_reduce_in_bf16": true}),
+        json!({"schedule": "gpipe"}),
+        json!({"schedule": "interleaved", "virtual_stages": 3}),
+        json!({"fsdp": "hybrid_shard"}),
+    ] {
+        let req = Request::from_value(&json!({
+            "model": "qwen3-30b-a3b", "seq": 4096, "global_batch": 32, "gpus": [16, 32],
+            "top": 4, "parallel": extra
+        }))
+        .unwrap();
+        let p = plan(&req);
+        assert!(!p.best.is_empty(), "{extra}: no layout");
+        for c in &p.best {
+            let e = est(c.scenario.clone());
+            assert_eq!(
+                (e.peak_bytes, e.device_bytes),
+                (c.peak_bytes, c.device_bytes),
+                "{extra}: {}",
+                c.scenario
+            );
+        }
+        if extra.get("fsdp").is_some() {
+            assert!(p.best.iter().all(|c| c.layout.dp % 8 == 0), "{extra}");
+        }
+    }
+}
+
 #[test]
 fn planner_requests_name_their_errors() {
     let bad = |v: Value, want: &str| {
