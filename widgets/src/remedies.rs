@@ -321,7 +321,6 @@ pub fn use_remedies(init: &Init) -> Html {
                 }, true) }
             <ol class="gm-remedy-list" {onclick}>{ Html::from_html_unchecked(list.into()) }</ol>
             <p class="gm-sr" aria-live="polite">{ summary }</p>
-            <p class="gm-note">{ "Savings are of the device total (the allocated peak and the CUDA context): what decides whether a step fits; the allocator's cache comes on top (chapter 6)." }</p>
         </figure>
     }
 }

@@ -350,6 +350,7 @@ pub fn parse_hf_config(v: &Value, at: &str) -> Result<Architecture> {
 
 /// At most `n` characters of an input, to quote it. Control and bidirectional-override
 /// characters (a terminal's escapes, line breaks) are shown as U+FFFD: the text is data.
+#[cfg(not(target_arch = "wasm32"))]
 pub(crate) fn truncate(s: &str, n: usize) -> String {
     let t = s
         .chars()
@@ -364,6 +365,17 @@ pub(crate) fn truncate(s: &str, n: usize) -> String {
         t
     } else {
         t + "…"
+    }
+}
+
+/// At most `n` characters of an input, to quote it. A page shows a message as text, whatever
+/// it holds (a terminal does not: the native version replaces control characters).
+#[cfg(target_arch = "wasm32")]
+pub(crate) fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        s.chars().take(n).collect::<String>() + "…"
     }
 }
 
@@ -1469,8 +1481,12 @@ pub fn parse_explicit(v: &Value, at: &str) -> Result<Architecture> {
     };
     m.insert("model_type".into(), Value::String(model_type.clone()));
     for (k, val) in o.map.iter() {
-        // A misspelt key (`kv_head`) would otherwise be ignored and its default taken.
-        if !renames.iter().any(|r| r.0 == k) && !HF_KEYS.contains(&k.as_str()) {
+        // A misspelt key (`kv_head`) would otherwise be ignored and its default taken. Not in
+        // the browser, whose knobs never write a model this way (and HF_KEYS weighs 1 KB).
+        if cfg!(not(target_arch = "wasm32"))
+            && !renames.iter().any(|r| r.0 == k)
+            && !HF_KEYS.contains(&k.as_str())
+        {
             if k == "family" || k == "name" {
                 continue;
             }
