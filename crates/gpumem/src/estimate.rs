@@ -1321,25 +1321,33 @@ const DEEPSPEED_REDUCE_BUCKET: f64 = 5e8;
 
 /// How one part of the model's states is spread over data-parallel ranks.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Geo {
+pub(crate) struct Geo<'a> {
     /// Ranks a sharded state is divided over.
     pub ranks: f64,
     /// Ranks holding a replica of these states (gradients are reduced across them).
     pub replicas: u64,
-    /// Elements of the largest parameter tensor (DeepSpeed ZeRO-3's working buffer).
-    pub largest: f64,
-    /// Parameters of the largest wrapped unit (FSDP gathers one at a time).
-    pub unit: f64,
+    /// The model, for its largest parameter tensor (DeepSpeed ZeRO-3's working buffer) and
+    /// its largest wrapped unit (FSDP gathers one at a time), counted only where needed.
+    pub arch: Option<&'a Architecture>,
 }
 
-impl Geo {
-    fn data_parallel(s: &Scenario, arch: Option<&Architecture>) -> Geo {
+impl<'a> Geo<'a> {
+    fn data_parallel(s: &Scenario, arch: Option<&'a Architecture>) -> Geo<'a> {
         Geo {
             ranks: s.parallel.shard_ranks() as f64,
             replicas: s.parallel.dp,
-            largest: arch.map_or(0.0, |a| largest_param(a) as f64),
-            unit: arch.map_or(0.0, fsdp_unit_params),
+            arch,
         }
+    }
+
+    /// Elements of the largest parameter tensor.
+    fn largest(&self) -> f64 {
+        self.arch.map_or(0.0, |a| largest_param(a) as f64)
+    }
+
+    /// Parameters of the largest wrapped unit.
+    fn unit(&self) -> f64 {
+        self.arch.map_or(0.0, fsdp_unit_params)
     }
 }
 
@@ -1377,7 +1385,7 @@ impl DpStates {
         ))
     }
 
-    pub(crate) fn new(s: &Scenario, par: &Parallel, st: &ModelStates, g: Geo) -> DpStates {
+    pub(crate) fn new(s: &Scenario, par: &Parallel, st: &ModelStates, g: Geo<'_>) -> DpStates {
         let train = s.mode == Mode::Train;
         let n = g.ranks;
         let zero = par.zero;
@@ -1399,7 +1407,6 @@ impl DpStates {
         if !train || plain {
             return d;
         }
-        let (largest, unit) = (g.largest, g.unit);
         let wb = s.precision.weights.bytes();
         // Gradient buffers are reduced in the reduce dtype (FSDP `reduce_dtype`).
         let gb = s.precision.reduce.bytes();
@@ -1419,7 +1426,7 @@ impl DpStates {
                 d.grads = if zero >= 3 { 0.0 } else { st.grads };
                 d.grad_acc = fp32_grads;
                 if zero >= 3 {
-                    d.fixed = 2.0 * largest * wb;
+                    d.fixed = 2.0 * g.largest() * wb;
                 }
                 if (1..=2).contains(&zero) {
                     d.buckets = DEEPSPEED_REDUCE_BUCKET.min(trainable) * gb;
@@ -1439,13 +1446,14 @@ impl DpStates {
                     // FULL_SHARD: the current unit and the prefetched next one are gathered;
                     // in backward a unit's full gradients wait for their reduce-scatter.
                     3 => {
+                        let unit = g.unit();
                         d.gathered = 2.0 * unit * wb;
                         d.buckets = unit * gb;
                     }
                     // SHARD_GRAD_OP: parameters stay gathered from forward to backward.
                     2 => {
                         d.gathered = st.weights - d.weights;
-                        d.buckets = unit * gb;
+                        d.buckets = g.unit() * gb;
                     }
                     // DDP: gradient buckets are a second copy of the gradients
                     // (gradient_as_bucket_view=False, the default). Megatron's gradients are
@@ -1506,7 +1514,10 @@ impl ModelStates {
         match (arch, &s.finetune) {
             (None, _) | (Some(_), Finetune::Full) => {
                 let (n, tensors) = match arch {
-                    Some(a) => (a.params().total, param_tensors(a)),
+                    Some(a) => {
+                        let n = a.params().total;
+                        (n, param_tensors(a, n))
+                    }
                     // A bare count: one big matrix (optimizer state counted per element).
                     None => {
                         let n = match &s.model {
@@ -1598,7 +1609,7 @@ pub(crate) fn checkpoint_format(s: &Scenario, a: &Architecture) -> bool {
 
 /// (count, rows, cols) of every parameter tensor, for optimizers whose state depends on
 /// shape (Adafactor, 8-bit Adam).
-fn param_tensors(a: &Architecture) -> Vec<(u64, u64, u64)> {
+fn param_tensors(a: &Architecture, total: u64) -> Vec<(u64, u64, u64)> {
     let mut v = Vec::new();
     let mut lin = |k: u64, l: crate::arch::Linear| {
         v.push((k, l.out, l.inp));
@@ -1606,12 +1617,9 @@ fn param_tensors(a: &Architecture) -> Vec<(u64, u64, u64)> {
             v.push((k, l.out, 1));
         }
     };
-    let pc = a.params();
-    let moe_layers = (0..a.layers).filter(|&l| a.layer_kind(l).moe).count() as u64;
+    let moe_layers = a.layers_where(|k| k.moe);
     let dense = a.layers - moe_layers;
-    let attn = (0..a.layers)
-        .filter(|&l| a.attn_type(l) != crate::arch::AttnType::Linear)
-        .count() as u64;
+    let attn = a.layers_where(|k| k.attn != crate::arch::AttnType::Linear);
     for (_, l) in a.attention_linears() {
         lin(attn, l);
     }
@@ -1636,8 +1644,8 @@ fn param_tensors(a: &Architecture) -> Vec<(u64, u64, u64)> {
     }
     // Norms and other vectors: whatever is left.
     let counted: u64 = v.iter().map(|t| t.0 * t.1 * t.2).sum();
-    if pc.total > counted {
-        v.push((1, pc.total - counted, 1));
+    if total > counted {
+        v.push((1, total - counted, 1));
     }
     v
 }
@@ -1645,12 +1653,10 @@ fn param_tensors(a: &Architecture) -> Vec<(u64, u64, u64)> {
 /// (count, rows, cols) of the LoRA adapters (A: r × in, B: out × r) on `targets`.
 fn lora_params(a: &Architecture, targets: &[String], r: u64) -> Vec<(u64, u64, u64)> {
     let mut v = Vec::new();
-    let dense = (0..a.layers).filter(|&l| !a.layer_kind(l).moe).count() as u64;
+    let dense = a.layers_where(|k| !k.moe);
     // Linear-attention layers (gated DeltaNet) have no q/k/v/o projections for the targets
     // to name: peft puts adapters only on the softmax-attention layers.
-    let attn = (0..a.layers)
-        .filter(|&l| a.attn_type(l) != crate::arch::AttnType::Linear)
-        .count() as u64;
+    let attn = a.layers_where(|k| k.attn != crate::arch::AttnType::Linear);
     let mut mods = a
         .attention_linears()
         .into_iter()
@@ -1675,7 +1681,7 @@ fn lora_params(a: &Architecture, targets: &[String], r: u64) -> Vec<(u64, u64, u
 fn quantized_weights(a: &Architecture, q: DType, c: DType) -> f64 {
     let pc = a.params();
     let outside = pc.embedding + pc.positions + pc.lm_head + pc.final_norm;
-    let linear_params: u64 = param_tensors(a)
+    let linear_params: u64 = param_tensors(a, pc.total)
         .iter()
         .filter(|t| t.2 > 1 && !(t.1 == a.vocab && t.2 == a.hidden))
         .filter(|t| Some(t.1) != a.learned_positions)
@@ -1775,7 +1781,7 @@ fn train_step(
 }
 
 fn largest_param(a: &Architecture) -> u64 {
-    param_tensors(a)
+    param_tensors(a, a.params().total)
         .iter()
         .map(|t| t.1 * t.2)
         .max()
