@@ -207,12 +207,22 @@ impl<'c, 'a> Builder<'c, 'a> {
     pub fn new(ctx: &'c Ctx<'a>) -> Self {
         Builder {
             tape: Tape::new(),
-            dt: Vec::new(),
+            dt: Vec::with_capacity(64),
             ctx,
             kv: Vec::new(),
             native: false,
             locals_hold: 0.0,
         }
+    }
+
+    /// Empty again, as [`Builder::new`] makes one, keeping what it allocated (the next
+    /// stretch is recorded on the same vectors).
+    pub fn clear(&mut self) {
+        self.tape.clear();
+        self.dt.clear();
+        self.kv.clear();
+        self.native = false;
+        self.locals_hold = 0.0;
     }
 
     /// `t` is what the KV cache keeps of this layer (inference).

@@ -189,14 +189,18 @@ impl Stretches {
                 }
             })
         };
-        let mut pre = Builder::new(ctx);
-        let first = pre.embedding();
-        let locals = pre.locals_hold;
-        let first_rg = pre.tape.requires_grad(first);
-        let emb = run(&pre, tape::Mode::Normal.or_nograd(mode));
+        // One builder records every stretch in turn, cleared in between (its vectors are
+        // allocated once).
+        let mut b = Builder::new(ctx);
+        let first = b.embedding();
+        let locals = b.locals_hold;
+        let first_rg = b.tape.requires_grad(first);
+        let emb = run(&b, tape::Mode::Normal.or_nograd(mode));
         let resid = if ctx.autocast { DType::F32 } else { ctx.c };
-        let layer = |kind: LayerKind| -> Profile {
-            let mut b = Builder::new(ctx);
+        let kinds = a.kinds();
+        let mut layers: Vec<Profile> = Vec::with_capacity(kinds.len());
+        for &kind in &kinds {
+            b.clear();
             let x = b.input(
                 ctx.tsp * h,
                 resid,
@@ -206,19 +210,19 @@ impl Stretches {
                 first_rg || ctx.train,
             );
             b.decoder_layer(x, kind);
-            for k in b.kv.clone() {
+            for i in 0..b.kv.len() {
+                let k = b.kv[i];
                 b.tape.keep(k);
             }
-            run(&b, mode)
-        };
-        let kinds = a.kinds();
-        let layers: Vec<Profile> = kinds.iter().map(|&k| layer(k)).collect();
-        let mut hb = Builder::new(ctx);
+            layers.push(run(&b, mode));
+        }
+        b.clear();
+        let hb = &mut b;
         let x = hb.input(ctx.tsp * h, resid, ctx.train);
         if !ctx.train {
             // generate(): the last position's logits.
             hb.head(x);
-            let head = run(&hb, tape::Mode::NoGrad);
+            let head = run(hb, tape::Mode::NoGrad);
             let traces = collect(layers.len());
             let scripts = collect_scripts(false);
             return Stretches {
@@ -240,8 +244,9 @@ impl Stretches {
         let (logits, logits_dtype) = hb.head_logits(x);
         let logits_rg = hb.tape.requires_grad(logits);
         let logits_bytes = hb.tape.bytes(logits);
-        let head = run(&hb, tape::Mode::Normal.or_nograd(mode));
-        let mut lb = Builder::new(ctx);
+        let head = run(hb, tape::Mode::Normal.or_nograd(mode));
+        b.clear();
+        let lb = &mut b;
         // The loss stretch's input is what the head made: logits, or (fused loss) the
         // final norm's output. Megatron's head always makes logits.
         let cat = match ctx.loss {
@@ -253,7 +258,7 @@ impl Stretches {
         let lo = lb.loss(l);
         // The loss itself, which the caller holds with the logits (`out.loss`).
         let loss_out = Bytes::of(lb.tape.cat(lo), lb.tape.bytes(lo));
-        let loss = run(&lb, tape::Mode::Normal.or_nograd(mode));
+        let loss = run(lb, tape::Mode::Normal.or_nograd(mode));
         let traces = collect(layers.len());
         let scripts = collect_scripts(true);
         // The layer input is freed during the layer's forward unless a saved tensor (or the
