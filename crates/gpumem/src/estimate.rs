@@ -648,11 +648,12 @@ pub(crate) fn worst_stage(s: &Scenario, pr: &Prepared) -> (f64, f64) {
     // Above the capacity less the CUDA context, a layout cannot fit: the first stage found
     // above it decides (the planner only asks whether it fits).
     let cap = (s.capacity_bytes - CUDA_CONTEXT_BYTES.min(s.capacity_bytes)) as f64;
+    let mut chunks = Vec::new();
     for (i, &r) in stages.iter().enumerate() {
         if r >= pp || stages[..i].contains(&r) {
             continue;
         }
-        let st = rank_step(s, pr, r, None, cap, false);
+        let st = rank_step(s, pr, r, None, cap, false, &mut chunks);
         let peak = st.base.plus(st.prog.seg.peak).total();
         if peak > worst.0 {
             worst = (peak, st.host);
@@ -672,8 +673,17 @@ fn pytorch_dp(s: &Scenario, name: &str, model: &Architecture) -> Result<Estimate
         notes.push(n.to_string());
     }
     let mut stages = Vec::new();
+    let mut chunks = Vec::new();
     for r in 0..par.pp {
-        stages.push(rank_step(s, &pr, r, Some(&mut notes), f64::INFINITY, false));
+        stages.push(rank_step(
+            s,
+            &pr,
+            r,
+            Some(&mut notes),
+            f64::INFINITY,
+            false,
+            &mut chunks,
+        ));
     }
     let worst = (0..stages.len())
         .max_by(|&i, &j| {
@@ -842,7 +852,9 @@ fn dtypes(s: &Scenario) -> (DType, DType, DType) {
 /// The step of one GPU of pipeline stage `r` (the whole model without pipelining).
 /// `cap`: when what the stage surely holds (its states and the activations of the
 /// micro-batches in flight) is already above this, the step is not composed (the planner
-/// asks only whether a layout fits); its peak is then that lower bound.
+/// asks only whether a layout fits); its peak is then that lower bound. `chunks`: the
+/// pipeline chunks composed so far for this scenario and `pr` (a chunk is the same segments
+/// on every stage that holds the same part of the model), reused and added to.
 fn rank_step(
     s: &Scenario,
     pr: &Prepared,
@@ -850,6 +862,7 @@ fn rank_step(
     mut notes: Option<&mut Vec<String>>,
     cap: f64,
     record: bool,
+    chunks: &mut Vec<(step::Part, step::Chunk)>,
 ) -> RankStep {
     let a = &pr.a;
     let ctx = &Ctx::new(s, a, true);
@@ -898,7 +911,10 @@ fn rank_step(
     let part = step::Part {
         first: chunk_parts.iter().any(|c| c.first),
         last: chunk_parts.iter().any(|c| c.last),
-        runs: chunk_parts.iter().flat_map(|c| c.runs.clone()).collect(),
+        runs: chunk_parts
+            .iter()
+            .flat_map(|c| c.runs.iter().copied())
+            .collect(),
         hold_embeds: pp == 1,
     };
     let ep = par.ep;
@@ -924,18 +940,24 @@ fn rank_step(
     } else {
         0.0
     };
-    // Persistent states of this rank: each group of tensors as many times as it holds it.
-    let mut counts = vec![u64::from(part.first), u64::from(part.last)];
-    counts.extend((0..pr.tensors.layers.len()).map(|i| part.count(i)));
-    let held: f64 = counts
+    // Persistent states of this rank: each group of tensors (the embedding, the head, each
+    // kind of layer) as many times as it holds it.
+    let count = |g: usize| match g {
+        0 => u64::from(part.first),
+        1 => u64::from(part.last),
+        _ => part.count(g - 2),
+    };
+    let held: f64 = sh
+        .held
         .iter()
-        .zip(&sh.held)
-        .map(|(&k, x)| k as f64 * x)
+        .enumerate()
+        .map(|(g, x)| count(g) as f64 * x)
         .sum();
-    let mut optim: f64 = counts
+    let mut optim: f64 = sh
+        .optim
         .iter()
-        .zip(&sh.optim)
-        .map(|(&k, x)| k as f64 * x)
+        .enumerate()
+        .map(|(g, x)| count(g) as f64 * x)
         .sum();
     let mut base = Bytes::default();
     let mut host = 0.0;
@@ -953,7 +975,12 @@ fn rank_step(
             ..sh.units[0]
         },
         head: sh.units[1],
-        layers: sh.units[2..].to_vec(),
+        // Only FSDP gathers and reduces the layers' units.
+        layers: if fsdp {
+            sh.units[2..].to_vec()
+        } else {
+            Vec::new()
+        },
     };
     let f = if cpu {
         let off = |u: step::Unit| step::Unit { grad: 0.0, ..u };
@@ -1214,7 +1241,14 @@ fn rank_step(
         } else {
             chunk_parts
                 .iter()
-                .map(|c| step::Chunk::new(first, later, c, act, megatron))
+                .map(|c| match chunks.iter().find(|x| x.0 == *c) {
+                    Some(x) => x.1,
+                    None => {
+                        let ch = step::Chunk::new(first, later, c, act, megatron);
+                        chunks.push((c.clone(), ch));
+                        ch
+                    }
+                })
                 .collect()
         };
         let fsdp_chunks: Vec<step::FsdpChunk<'_>> = if fsdp {
@@ -2017,7 +2051,7 @@ pub(crate) fn recorded(s: &Scenario) -> Result<Recorded> {
             ));
         }
         let pr = prepare_with(s, a, true);
-        let st = rank_step(s, &pr, 0, None, f64::INFINITY, true);
+        let st = rank_step(s, &pr, 0, None, f64::INFINITY, true, &mut Vec::new());
         let Prepared { first, later, .. } = pr;
         return Ok(Recorded {
             resident: st.base,

@@ -680,6 +680,7 @@ fn input_back(s: Seg, part: &Part, io: f64, now: bool) -> Seg {
 
 /// One model chunk of a pipeline stage, its forward and backward as segments: `b_new` the
 /// first backward (which makes the chunk's gradients), `b_acc` the later ones.
+#[derive(Clone, Copy)]
 pub(crate) struct Chunk {
     f: Seg,
     b_new: Seg,
@@ -878,38 +879,48 @@ pub(crate) fn pipeline_loop(
     let n = chunks.len().max(fsdp.len());
     let mut p = Program::new();
     let mut started = vec![false; n];
-    let (mut fwd_mb, mut bwd_mb) = (vec![0u64; n], vec![0u64; n]);
+    let mut counts = vec![0u64; 2 * n];
+    let (fwd_mb, bwd_mb) = counts.split_at_mut(n);
     let mut state = vec![FsdpState::SHARDED; n];
     // FSDP segments depend only on the chunk, the op and the states: made once each.
     type Key = (usize, bool, FsdpState, bool, bool);
     let mut memo: Vec<(Key, Seg, FsdpState)> = Vec::new();
+    // Appends the segment of `op` (in its micro-batch) to `x`.
     let mut seg_for = |op: PipeOp,
+                       x: &mut Seg,
                        started: &mut [bool],
                        fwd_mb: &mut [u64],
                        bwd_mb: &mut [u64],
-                       state: &mut [FsdpState]|
-     -> Seg {
-        let s = match op {
+                       state: &mut [FsdpState]| {
+        let push = |x: &mut Seg, s: &Seg, i: u64| {
+            let at = Where {
+                micro_batch: i as u32,
+                micro_batches: m as u32,
+                ..s.at
+            };
+            x.push_at(s, at)
+        };
+        match op {
             PipeOp::F(c) => {
                 fwd_mb[c] += 1;
                 let s = if let Some(fc) = fsdp.get(c) {
                     let key = (c, true, state[c], false, false);
-                    let (seg, out) = match memo.iter().find(|x| x.0 == key) {
-                        Some(x) => (x.1, x.2),
+                    let i = match memo.iter().position(|x| x.0 == key) {
+                        Some(i) => i,
                         None => {
                             let mut out = state[c];
                             let seg = seg_of(|q| out = fc.new.forward(state[c], q, false));
                             let seg = input_back(seg, &fc.new.part, fc.io, !fc.new.st.input_kept);
                             memo.push((key, seg, out));
-                            (seg, out)
+                            memo.len() - 1
                         }
                     };
-                    state[c] = out;
-                    seg
+                    state[c] = memo[i].2;
+                    &memo[i].1
                 } else {
-                    chunks[c].f
+                    &chunks[c].f
                 };
-                in_micro_batch(s, fwd_mb[c], m)
+                push(x, s, fwd_mb[c]);
             }
             PipeOp::B(c) => {
                 bwd_mb[c] += 1;
@@ -918,8 +929,8 @@ pub(crate) fn pipeline_loop(
                 let s = if let Some(fc) = fsdp.get(c) {
                     let sync = bwd_mb[c] == m;
                     let key = (c, false, state[c], sync, after_first);
-                    let (seg, out) = match memo.iter().find(|x| x.0 == key) {
-                        Some(x) => (x.1, x.2),
+                    let i = match memo.iter().position(|x| x.0 == key) {
+                        Some(i) => i,
                         None => {
                             let st = if after_first { &fc.acc } else { &fc.new };
                             let mut out = state[c];
@@ -935,20 +946,19 @@ pub(crate) fn pipeline_loop(
                                 after_first,
                             );
                             memo.push((key, seg, out));
-                            (seg, out)
+                            memo.len() - 1
                         }
                     };
-                    state[c] = out;
-                    seg
+                    state[c] = memo[i].2;
+                    &memo[i].1
                 } else if after_first {
-                    chunks[c].b_acc
+                    &chunks[c].b_acc
                 } else {
-                    chunks[c].b_new
+                    &chunks[c].b_new
                 };
-                in_micro_batch(s, bwd_mb[c], m)
+                push(x, s, bwd_mb[c]);
             }
-        };
-        s
+        }
     };
     // Runs of the same op (warm-up forwards of one chunk) or the same pair (one forward, one
     // backward) compose as their second element repeated once the states it leaves stop
@@ -983,7 +993,7 @@ pub(crate) fn pipeline_loop(
          -> Seg {
             let mut x = Seg::default();
             for op in &ops[i + k * unit..i + (k + 1) * unit] {
-                x.push(&seg_for(*op, started, fwd_mb, bwd_mb, state));
+                seg_for(*op, &mut x, started, fwd_mb, bwd_mb, state);
             }
             x
         };
@@ -1039,7 +1049,9 @@ pub(crate) fn pipeline_loop(
         .count();
     let steady_end = ops.len() - cooldown.min(ops.len() - first_b);
     let mut i = 0;
-    let mut previous: Option<(Seg, Vec<FsdpState>)> = None;
+    // The last period composed, and the states it left.
+    let mut previous: Option<Seg> = None;
+    let mut previous_state = state.clone();
     while i < ops.len() {
         if i == first_b {
             p.point("forward: micro-batches in flight");
@@ -1049,19 +1061,12 @@ pub(crate) fn pipeline_loop(
             let mut seg = Seg::default();
             let end = i + period;
             while i < end {
-                i = compose(
-                    i,
-                    end,
-                    &mut seg,
-                    &mut started,
-                    &mut fwd_mb,
-                    &mut bwd_mb,
-                    &mut state,
-                );
+                i = compose(i, end, &mut seg, &mut started, fwd_mb, bwd_mb, &mut state);
             }
             // Skip whole periods that would compose the same, keeping the last one.
-            if let Some((prev, prev_state)) = &previous {
-                let same = prev.peak == seg.peak && prev.delta == seg.delta && *prev_state == state;
+            if let Some(prev) = &previous {
+                let same =
+                    prev.peak == seg.peak && prev.delta == seg.delta && previous_state == state;
                 let left = (steady_end - i) / period;
                 if same && left > 1 {
                     let skip = left - 1;
@@ -1082,7 +1087,8 @@ pub(crate) fn pipeline_loop(
                 }
             }
             p.then(seg);
-            previous = Some((seg, state.clone()));
+            previous = Some(seg);
+            previous_state.copy_from_slice(&state);
             continue;
         }
         // Up to the next period boundary (or the end).
@@ -1096,15 +1102,7 @@ pub(crate) fn pipeline_loop(
             ops.len()
         };
         let mut seg = Seg::default();
-        i = compose(
-            i,
-            limit,
-            &mut seg,
-            &mut started,
-            &mut fwd_mb,
-            &mut bwd_mb,
-            &mut state,
-        );
+        i = compose(i, limit, &mut seg, &mut started, fwd_mb, bwd_mb, &mut state);
         p.then(seg);
     }
     p.point("after backward");
