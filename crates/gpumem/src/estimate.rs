@@ -1644,7 +1644,7 @@ pub(crate) fn checkpoint_format(s: &Scenario, a: &Architecture) -> bool {
 /// (count, rows, cols) of every parameter tensor, for optimizers whose state depends on
 /// shape (Adafactor, 8-bit Adam).
 fn param_tensors(a: &Architecture, total: u64) -> Vec<(u64, u64, u64)> {
-    let mut v = Vec::new();
+    let mut v = Vec::with_capacity(16);
     let mut lin = |k: u64, l: crate::arch::Linear| {
         v.push((k, l.out, l.inp));
         if l.bias {

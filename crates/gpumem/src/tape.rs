@@ -1017,7 +1017,8 @@ impl Tape {
             g
         }
         let nt = self.tensors.len();
-        let mut gbuf: Vec<GBuf> = Vec::with_capacity(self.tensors.len());
+        // Gradient buffers: up to about one and a half per tensor.
+        let mut gbuf: Vec<GBuf> = Vec::with_capacity(2 * self.tensors.len());
         let grad_cat = |t: Tid| match self.storages[self.tensors[t].storage].cat {
             Cat::Logits => Cat::Logits,
             _ => Cat::Temporaries,
