@@ -799,19 +799,35 @@ impl Architecture {
 
     /// The distinct kinds of decoder layer, in the order they first appear.
     pub fn kinds(&self) -> Vec<LayerKind> {
+        self.census().into_iter().map(|x| x.0).collect()
+    }
+
+    /// Each kind of decoder layer with how many layers are of it, in the order the kinds
+    /// first appear (one pass over the layers; none when they are all of one kind).
+    pub(crate) fn census(&self) -> Vec<(LayerKind, u64)> {
         if self.uniform() {
             return (0..self.layers.min(1))
-                .map(|l| self.layer_kind(l))
+                .map(|l| (self.layer_kind(l), self.layers))
                 .collect();
         }
-        let mut v: Vec<LayerKind> = Vec::new();
+        let mut kinds: Vec<(LayerKind, u64)> = Vec::new();
         for l in 0..self.layers {
             let k = self.layer_kind(l);
-            if !v.contains(&k) {
-                v.push(k);
+            match kinds.iter_mut().find(|x| x.0 == k) {
+                Some(x) => x.1 += 1,
+                None => kinds.push((k, 1)),
             }
         }
-        v
+        kinds
+    }
+
+    /// How many decoder layers are of a kind `f` accepts.
+    pub(crate) fn layers_where(&self, f: fn(LayerKind) -> bool) -> u64 {
+        self.census()
+            .into_iter()
+            .filter(|x| f(x.0))
+            .map(|x| x.1)
+            .sum()
     }
 
     /// Runs of consecutive layers of one kind over layers `lo..hi`, in order: (index into
@@ -869,16 +885,7 @@ impl Architecture {
         let lm_head = if self.tied_embeddings { 0 } else { embedding };
         let final_norm = self.norm_params(h);
         let (mut layers, mut routed_experts, mut active) = (0u64, 0u64, 0u64);
-        // Each kind of layer and how many there are, in one pass.
-        let mut kinds: Vec<(LayerKind, u64)> = Vec::new();
-        for l in 0..self.layers {
-            let k = self.layer_kind(l);
-            match kinds.iter_mut().find(|x| x.0 == k) {
-                Some(x) => x.1 += 1,
-                None => kinds.push((k, 1)),
-            }
-        }
-        for (kind, n) in kinds {
+        for (kind, n) in self.census() {
             let (t, r, a) = self.layer_params(kind)?;
             layers = layers.checked_add(t.checked_mul(n)?)?;
             routed_experts = routed_experts.checked_add(r.checked_mul(n)?)?;

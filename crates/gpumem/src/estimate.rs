@@ -649,11 +649,12 @@ pub(crate) fn worst_stage(s: &Scenario, pr: &Prepared) -> (f64, f64) {
     // Above the capacity less the CUDA context, a layout cannot fit: the first stage found
     // above it decides (the planner only asks whether it fits).
     let cap = (s.capacity_bytes - CUDA_CONTEXT_BYTES.min(s.capacity_bytes)) as f64;
+    let mut chunks = Vec::new();
     for (i, &r) in stages.iter().enumerate() {
         if r >= pp || stages[..i].contains(&r) {
             continue;
         }
-        let st = rank_step(s, pr, r, None, cap, false);
+        let st = rank_step(s, pr, r, None, cap, false, &mut chunks);
         let peak = st.base.plus(st.prog.seg.peak).total();
         if peak > worst.0 {
             worst = (peak, st.host);
@@ -673,8 +674,17 @@ fn pytorch_dp(s: &Scenario, name: &str, model: &Architecture) -> Result<Estimate
         notes.push(n.to_string());
     }
     let mut stages = Vec::new();
+    let mut chunks = Vec::new();
     for r in 0..par.pp {
-        stages.push(rank_step(s, &pr, r, Some(&mut notes), f64::INFINITY, false));
+        stages.push(rank_step(
+            s,
+            &pr,
+            r,
+            Some(&mut notes),
+            f64::INFINITY,
+            false,
+            &mut chunks,
+        ));
     }
     let worst = (0..stages.len())
         .max_by(|&i, &j| {
@@ -843,7 +853,9 @@ fn dtypes(s: &Scenario) -> (DType, DType, DType) {
 /// The step of one GPU of pipeline stage `r` (the whole model without pipelining).
 /// `cap`: when what the stage surely holds (its states and the activations of the
 /// micro-batches in flight) is already above this, the step is not composed (the planner
-/// asks only whether a layout fits); its peak is then that lower bound.
+/// asks only whether a layout fits); its peak is then that lower bound. `chunks`: the
+/// pipeline chunks composed so far for this scenario and `pr` (a chunk is the same segments
+/// on every stage that holds the same part of the model), reused and added to.
 fn rank_step(
     s: &Scenario,
     pr: &Prepared,
@@ -851,6 +863,7 @@ fn rank_step(
     mut notes: Option<&mut Vec<String>>,
     cap: f64,
     record: bool,
+    chunks: &mut Vec<(step::Part, step::Chunk)>,
 ) -> RankStep {
     let a = &pr.a;
     let ctx = &Ctx::new(s, a, true);
@@ -899,7 +912,10 @@ fn rank_step(
     let part = step::Part {
         first: chunk_parts.iter().any(|c| c.first),
         last: chunk_parts.iter().any(|c| c.last),
-        runs: chunk_parts.iter().flat_map(|c| c.runs.clone()).collect(),
+        runs: chunk_parts
+            .iter()
+            .flat_map(|c| c.runs.iter().copied())
+            .collect(),
         hold_embeds: pp == 1,
     };
     let ep = par.ep;
@@ -925,18 +941,24 @@ fn rank_step(
     } else {
         0.0
     };
-    // Persistent states of this rank: each group of tensors as many times as it holds it.
-    let mut counts = vec![u64::from(part.first), u64::from(part.last)];
-    counts.extend((0..pr.tensors.layers.len()).map(|i| part.count(i)));
-    let held: f64 = counts
+    // Persistent states of this rank: each group of tensors (the embedding, the head, each
+    // kind of layer) as many times as it holds it.
+    let count = |g: usize| match g {
+        0 => u64::from(part.first),
+        1 => u64::from(part.last),
+        _ => part.count(g - 2),
+    };
+    let held: f64 = sh
+        .held
         .iter()
-        .zip(&sh.held)
-        .map(|(&k, x)| k as f64 * x)
+        .enumerate()
+        .map(|(g, x)| count(g) as f64 * x)
         .sum();
-    let mut optim: f64 = counts
+    let mut optim: f64 = sh
+        .optim
         .iter()
-        .zip(&sh.optim)
-        .map(|(&k, x)| k as f64 * x)
+        .enumerate()
+        .map(|(g, x)| count(g) as f64 * x)
         .sum();
     let mut base = Bytes::default();
     let mut host = 0.0;
@@ -954,7 +976,12 @@ fn rank_step(
             ..sh.units[0]
         },
         head: sh.units[1],
-        layers: sh.units[2..].to_vec(),
+        // Only FSDP gathers and reduces the layers' units.
+        layers: if fsdp {
+            sh.units[2..].to_vec()
+        } else {
+            Vec::new()
+        },
     };
     let f = if cpu {
         let off = |u: step::Unit| step::Unit { grad: 0.0, ..u };
@@ -1215,7 +1242,14 @@ fn rank_step(
         } else {
             chunk_parts
                 .iter()
-                .map(|c| step::Chunk::new(first, later, c, act, megatron))
+                .map(|c| match chunks.iter().find(|x| x.0 == *c) {
+                    Some(x) => x.1,
+                    None => {
+                        let ch = step::Chunk::new(first, later, c, act, megatron);
+                        chunks.push((c.clone(), ch));
+                        ch
+                    }
+                })
                 .collect()
         };
         let fsdp_chunks: Vec<step::FsdpChunk<'_>> = if fsdp {
@@ -1322,25 +1356,33 @@ const DEEPSPEED_REDUCE_BUCKET: f64 = 5e8;
 
 /// How one part of the model's states is spread over data-parallel ranks.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Geo {
+pub(crate) struct Geo<'a> {
     /// Ranks a sharded state is divided over.
     pub ranks: f64,
     /// Ranks holding a replica of these states (gradients are reduced across them).
     pub replicas: u64,
-    /// Elements of the largest parameter tensor (DeepSpeed ZeRO-3's working buffer).
-    pub largest: f64,
-    /// Parameters of the largest wrapped unit (FSDP gathers one at a time).
-    pub unit: f64,
+    /// The model, for its largest parameter tensor (DeepSpeed ZeRO-3's working buffer) and
+    /// its largest wrapped unit (FSDP gathers one at a time), counted only where needed.
+    pub arch: Option<&'a Architecture>,
 }
 
-impl Geo {
-    fn data_parallel(s: &Scenario, arch: Option<&Architecture>) -> Geo {
+impl<'a> Geo<'a> {
+    fn data_parallel(s: &Scenario, arch: Option<&'a Architecture>) -> Geo<'a> {
         Geo {
             ranks: s.parallel.shard_ranks() as f64,
             replicas: s.parallel.dp,
-            largest: arch.map_or(0.0, |a| largest_param(a) as f64),
-            unit: arch.map_or(0.0, fsdp_unit_params),
+            arch,
         }
+    }
+
+    /// Elements of the largest parameter tensor.
+    fn largest(&self) -> f64 {
+        self.arch.map_or(0.0, |a| largest_param(a) as f64)
+    }
+
+    /// Parameters of the largest wrapped unit.
+    fn unit(&self) -> f64 {
+        self.arch.map_or(0.0, fsdp_unit_params)
     }
 }
 
@@ -1378,7 +1420,7 @@ impl DpStates {
         ))
     }
 
-    pub(crate) fn new(s: &Scenario, par: &Parallel, st: &ModelStates, g: Geo) -> DpStates {
+    pub(crate) fn new(s: &Scenario, par: &Parallel, st: &ModelStates, g: Geo<'_>) -> DpStates {
         let train = s.mode == Mode::Train;
         let n = g.ranks;
         let zero = par.zero;
@@ -1400,7 +1442,6 @@ impl DpStates {
         if !train || plain {
             return d;
         }
-        let (largest, unit) = (g.largest, g.unit);
         let wb = s.precision.weights.bytes();
         // Gradient buffers are reduced in the reduce dtype (FSDP `reduce_dtype`).
         let gb = s.precision.reduce.bytes();
@@ -1420,7 +1461,7 @@ impl DpStates {
                 d.grads = if zero >= 3 { 0.0 } else { st.grads };
                 d.grad_acc = fp32_grads;
                 if zero >= 3 {
-                    d.fixed = 2.0 * largest * wb;
+                    d.fixed = 2.0 * g.largest() * wb;
                 }
                 if (1..=2).contains(&zero) {
                     d.buckets = DEEPSPEED_REDUCE_BUCKET.min(trainable) * gb;
@@ -1440,13 +1481,14 @@ impl DpStates {
                     // FULL_SHARD: the current unit and the prefetched next one are gathered;
                     // in backward a unit's full gradients wait for their reduce-scatter.
                     3 => {
+                        let unit = g.unit();
                         d.gathered = 2.0 * unit * wb;
                         d.buckets = unit * gb;
                     }
                     // SHARD_GRAD_OP: parameters stay gathered from forward to backward.
                     2 => {
                         d.gathered = st.weights - d.weights;
-                        d.buckets = unit * gb;
+                        d.buckets = g.unit() * gb;
                     }
                     // DDP: gradient buckets are a second copy of the gradients
                     // (gradient_as_bucket_view=False, the default). Megatron's gradients are
@@ -1507,7 +1549,10 @@ impl ModelStates {
         match (arch, &s.finetune) {
             (None, _) | (Some(_), Finetune::Full) => {
                 let (n, tensors) = match arch {
-                    Some(a) => (a.params().total, param_tensors(a)),
+                    Some(a) => {
+                        let n = a.params().total;
+                        (n, param_tensors(a, n))
+                    }
                     // A bare count: one big matrix (optimizer state counted per element).
                     None => {
                         let n = match &s.model {
@@ -1599,20 +1644,17 @@ pub(crate) fn checkpoint_format(s: &Scenario, a: &Architecture) -> bool {
 
 /// (count, rows, cols) of every parameter tensor, for optimizers whose state depends on
 /// shape (Adafactor, 8-bit Adam).
-fn param_tensors(a: &Architecture) -> Vec<(u64, u64, u64)> {
-    let mut v = Vec::new();
+fn param_tensors(a: &Architecture, total: u64) -> Vec<(u64, u64, u64)> {
+    let mut v = Vec::with_capacity(16);
     let mut lin = |k: u64, l: crate::arch::Linear| {
         v.push((k, l.out, l.inp));
         if l.bias {
             v.push((k, l.out, 1));
         }
     };
-    let pc = a.params();
-    let moe_layers = (0..a.layers).filter(|&l| a.layer_kind(l).moe).count() as u64;
+    let moe_layers = a.layers_where(|k| k.moe);
     let dense = a.layers - moe_layers;
-    let attn = (0..a.layers)
-        .filter(|&l| a.attn_type(l) != crate::arch::AttnType::Linear)
-        .count() as u64;
+    let attn = a.layers_where(|k| k.attn != crate::arch::AttnType::Linear);
     for (_, l) in a.attention_linears() {
         lin(attn, l);
     }
@@ -1637,8 +1679,8 @@ fn param_tensors(a: &Architecture) -> Vec<(u64, u64, u64)> {
     }
     // Norms and other vectors: whatever is left.
     let counted: u64 = v.iter().map(|t| t.0 * t.1 * t.2).sum();
-    if pc.total > counted {
-        v.push((1, pc.total - counted, 1));
+    if total > counted {
+        v.push((1, total - counted, 1));
     }
     v
 }
@@ -1646,12 +1688,10 @@ fn param_tensors(a: &Architecture) -> Vec<(u64, u64, u64)> {
 /// (count, rows, cols) of the LoRA adapters (A: r × in, B: out × r) on `targets`.
 pub(crate) fn lora_params(a: &Architecture, targets: &[String], r: u64) -> Vec<(u64, u64, u64)> {
     let mut v = Vec::new();
-    let dense = (0..a.layers).filter(|&l| !a.layer_kind(l).moe).count() as u64;
+    let dense = a.layers_where(|k| !k.moe);
     // Linear-attention layers (gated DeltaNet) have no q/k/v/o projections for the targets
     // to name: peft puts adapters only on the softmax-attention layers.
-    let attn = (0..a.layers)
-        .filter(|&l| a.attn_type(l) != crate::arch::AttnType::Linear)
-        .count() as u64;
+    let attn = a.layers_where(|k| k.attn != crate::arch::AttnType::Linear);
     let mut mods = a
         .attention_linears()
         .into_iter()
@@ -1676,7 +1716,7 @@ pub(crate) fn lora_params(a: &Architecture, targets: &[String], r: u64) -> Vec<(
 fn quantized_weights(a: &Architecture, q: DType, c: DType) -> f64 {
     let pc = a.params();
     let outside = pc.embedding + pc.positions + pc.lm_head + pc.final_norm;
-    let linear_params: u64 = param_tensors(a)
+    let linear_params: u64 = param_tensors(a, pc.total)
         .iter()
         .filter(|t| t.2 > 1 && !(t.1 == a.vocab && t.2 == a.hidden))
         .filter(|t| Some(t.1) != a.learned_positions)
@@ -1776,7 +1816,7 @@ fn train_step(
 }
 
 fn largest_param(a: &Architecture) -> u64 {
-    param_tensors(a)
+    param_tensors(a, a.params().total)
         .iter()
         .map(|t| t.1 * t.2)
         .max()
@@ -2012,7 +2052,7 @@ pub(crate) fn recorded(s: &Scenario) -> Result<Recorded> {
             ));
         }
         let pr = prepare_with(s, a, true);
-        let st = rank_step(s, &pr, 0, None, f64::INFINITY, true);
+        let st = rank_step(s, &pr, 0, None, f64::INFINITY, true, &mut Vec::new());
         let Prepared { first, later, .. } = pr;
         return Ok(Recorded {
             resident: st.base,

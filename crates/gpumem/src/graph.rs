@@ -189,6 +189,23 @@ impl<'a> Ctx<'a> {
     }
 }
 
+/// A few tensor ids, kept inline (an op's inputs or saved tensors, gathered one by one).
+#[derive(Default)]
+struct Ids {
+    n: usize,
+    v: [Tid; 4],
+}
+
+impl Ids {
+    fn push(&mut self, t: Tid) {
+        self.v[self.n] = t;
+        self.n += 1;
+    }
+    fn all(&self) -> &[Tid] {
+        &self.v[..self.n]
+    }
+}
+
 /// A tape plus the dtype of each tensor on it.
 pub struct Builder<'c, 'a> {
     pub tape: Tape,
@@ -207,12 +224,22 @@ impl<'c, 'a> Builder<'c, 'a> {
     pub fn new(ctx: &'c Ctx<'a>) -> Self {
         Builder {
             tape: Tape::new(),
-            dt: Vec::new(),
+            dt: Vec::with_capacity(64),
             ctx,
             kv: Vec::new(),
             native: false,
             locals_hold: 0.0,
         }
+    }
+
+    /// Empty again, as [`Builder::new`] makes one, keeping what it allocated (the next
+    /// stretch is recorded on the same vectors).
+    pub fn clear(&mut self) {
+        self.tape.clear();
+        self.dt.clear();
+        self.kv.clear();
+        self.native = false;
+        self.locals_hold = 0.0;
     }
 
     /// `t` is what the KV cache keeps of this layer (inference).
@@ -348,7 +375,7 @@ impl<'c, 'a> Builder<'c, 'a> {
     /// that a broadcast operand's gradient is summed from).
     fn mul_spec(&mut self, a: Tid, b: Tid, elems: f64, extra: &OpExtra) -> Tid {
         let d = promote(self.d(a), self.d(b));
-        let mut saved = Vec::new();
+        let mut saved = Ids::default();
         if self.tape.requires_grad(a) {
             saved.push(b);
         }
@@ -366,7 +393,7 @@ impl<'c, 'a> Builder<'c, 'a> {
             OpSpec {
                 inputs: &inputs,
                 out_bytes: elems * d.bytes(),
-                saved: &saved,
+                saved: saved.all(),
                 extra,
                 ..OpSpec::default()
             },
@@ -460,7 +487,7 @@ impl<'c, 'a> Builder<'c, 'a> {
             xin
         };
         // Released weight first (the last argument of `mm` first).
-        let mut saved = Vec::new();
+        let mut saved = Ids::default();
         if let (Some(w), true) = (wcopy, x_rg) {
             saved.push(w);
         }
@@ -468,7 +495,7 @@ impl<'c, 'a> Builder<'c, 'a> {
             saved.push(saved_in);
         }
         // The weight's gradient before the input's (`mm` for the weight first).
-        let mut inputs = Vec::with_capacity(3);
+        let mut inputs = Ids::default();
         if let Some(w) = wcopy {
             inputs.push(w);
         }
@@ -479,9 +506,9 @@ impl<'c, 'a> Builder<'c, 'a> {
         let y = self.op_spec(
             OpSpec {
                 name: module,
-                inputs: &inputs,
+                inputs: inputs.all(),
                 out_bytes: tokens * lin.out as f64 * c.bytes(),
-                saved: &saved,
+                saved: saved.all(),
                 weights_rg: trainable && wcopy.is_none(),
                 param_grads: grad_bytes,
                 fwd_temp,
@@ -633,7 +660,8 @@ impl<'c, 'a> Builder<'c, 'a> {
         }
         let trainable = self.ctx.base_trainable();
         let d = self.d(n);
-        let saved: Vec<Tid> = if trainable { vec![n] } else { vec![] };
+        let one = [n];
+        let saved: &[Tid] = if trainable { &one } else { &[] };
         // The weight's gradient is `(grad * n)` summed over the tokens, made after `n`'s.
         let product = if wparams < elems {
             elems * d.bytes()
@@ -644,7 +672,7 @@ impl<'c, 'a> Builder<'c, 'a> {
             OpSpec {
                 inputs: &[n],
                 out_bytes: elems * d.bytes(),
-                saved: &saved,
+                saved,
                 weights_rg: trainable,
                 param_grads: wparams * self.ctx.g.bytes(),
                 extra: &OpExtra {
@@ -897,7 +925,10 @@ impl<'c, 'a> Builder<'c, 'a> {
             (Attention::Sdpa, SdpaKernel::Flash | SdpaKernel::MemEfficient) => {
                 let k = repeat(self, k, dq);
                 let v = repeat(self, v, dv);
-                let mut inputs = vec![q, k, v];
+                let mut inputs = Ids {
+                    n: 3,
+                    v: [q, k, v, 0],
+                };
                 if mask {
                     // SDPA turns the boolean mask into an additive one in the query's dtype;
                     // the memory-efficient kernel keeps it for backward.
@@ -946,9 +977,9 @@ impl<'c, 'a> Builder<'c, 'a> {
                 let o = self.op_spec(
                     OpSpec {
                         name: "sdpa (flash)",
-                        inputs: &inputs,
+                        inputs: inputs.all(),
                         out_bytes: out_elems * c.bytes(),
-                        saved: &inputs,
+                        saved: inputs.all(),
                         fwd_temp,
                         bwd_temp,
                         extra: &OpExtra {
@@ -2234,8 +2265,8 @@ impl<'c, 'a> Builder<'c, 'a> {
         let params = lin.params() as f64;
         // The generation head's weight is tied too, but only training makes gradients.
         let tied = ctx.arch.tied_embeddings && ctx.train;
-        let mut inputs = Vec::with_capacity(2);
-        let mut saved = Vec::new();
+        let mut inputs = Ids::default();
+        let mut saved = Ids::default();
         // Under autocast: the weight's copy (made before the input's), whose backward casts
         // the gradient to the parameter's `.grad`.
         let w = ctx.autocast.then(|| {
@@ -2270,9 +2301,9 @@ impl<'c, 'a> Builder<'c, 'a> {
         }
         self.op_spec(
             OpSpec {
-                inputs: &inputs,
+                inputs: inputs.all(),
                 out_bytes: rows * lin.out as f64 * ctx.c.bytes(),
-                saved: &saved,
+                saved: saved.all(),
                 cat: Cat::Logits,
                 weights_rg: trainable && w.is_none(),
                 param_grads: params * ctx.g.bytes(),

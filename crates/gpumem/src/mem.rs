@@ -235,9 +235,14 @@ impl Seg {
 
     /// `b` appended to this stretch, in place.
     pub fn push(&mut self, b: &Seg) {
+        self.push_at(b, b.at);
+    }
+
+    /// `b` appended to this stretch, its highest point labelled `at` rather than `b.at`.
+    pub fn push_at(&mut self, b: &Seg, at: Where) {
         if self.delta.total() + b.peak.total() > self.peak.total() {
             self.peak = self.delta.plus(b.peak);
-            self.at = b.at;
+            self.at = at;
         }
         for i in 0..NCAT {
             self.delta.0[i] += b.delta.0[i];

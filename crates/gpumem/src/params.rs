@@ -81,7 +81,7 @@ impl PTensor {
 
 /// The tensors of one decoder layer of kind `kind`.
 pub fn layer(a: &Architecture, kind: LayerKind) -> Vec<PTensor> {
-    let mut v = Vec::new();
+    let mut v = Vec::with_capacity(16);
     let h = a.hidden;
     let norm = |v: &mut Vec<PTensor>, w: u64| {
         v.push(PTensor::new(w, 1, Split::Whole));

@@ -189,14 +189,18 @@ impl Stretches {
                 }
             })
         };
-        let mut pre = Builder::new(ctx);
-        let first = pre.embedding();
-        let locals = pre.locals_hold;
-        let first_rg = pre.tape.requires_grad(first);
-        let emb = run(&pre, tape::Mode::Normal.or_nograd(mode));
+        // One builder records every stretch in turn, cleared in between (its vectors are
+        // allocated once).
+        let mut b = Builder::new(ctx);
+        let first = b.embedding();
+        let locals = b.locals_hold;
+        let first_rg = b.tape.requires_grad(first);
+        let emb = run(&b, tape::Mode::Normal.or_nograd(mode));
         let resid = if ctx.autocast { DType::F32 } else { ctx.c };
-        let layer = |kind: LayerKind| -> Profile {
-            let mut b = Builder::new(ctx);
+        let kinds = a.kinds();
+        let mut layers: Vec<Profile> = Vec::with_capacity(kinds.len());
+        for &kind in &kinds {
+            b.clear();
             let x = b.input(
                 ctx.tsp * h,
                 resid,
@@ -206,19 +210,19 @@ impl Stretches {
                 first_rg || ctx.train,
             );
             b.decoder_layer(x, kind);
-            for k in b.kv.clone() {
+            for i in 0..b.kv.len() {
+                let k = b.kv[i];
                 b.tape.keep(k);
             }
-            run(&b, mode)
-        };
-        let kinds = a.kinds();
-        let layers: Vec<Profile> = kinds.iter().map(|&k| layer(k)).collect();
-        let mut hb = Builder::new(ctx);
+            layers.push(run(&b, mode));
+        }
+        b.clear();
+        let hb = &mut b;
         let x = hb.input(ctx.tsp * h, resid, ctx.train);
         if !ctx.train {
             // generate(): the last position's logits.
             hb.head(x);
-            let head = run(&hb, tape::Mode::NoGrad);
+            let head = run(hb, tape::Mode::NoGrad);
             let traces = collect(layers.len());
             let scripts = collect_scripts(false);
             return Stretches {
@@ -240,8 +244,9 @@ impl Stretches {
         let (logits, logits_dtype) = hb.head_logits(x);
         let logits_rg = hb.tape.requires_grad(logits);
         let logits_bytes = hb.tape.bytes(logits);
-        let head = run(&hb, tape::Mode::Normal.or_nograd(mode));
-        let mut lb = Builder::new(ctx);
+        let head = run(hb, tape::Mode::Normal.or_nograd(mode));
+        b.clear();
+        let lb = &mut b;
         // The loss stretch's input is what the head made: logits, or (fused loss) the
         // final norm's output. Megatron's head always makes logits.
         let cat = match ctx.loss {
@@ -253,7 +258,7 @@ impl Stretches {
         let lo = lb.loss(l);
         // The loss itself, which the caller holds with the logits (`out.loss`).
         let loss_out = Bytes::of(lb.tape.cat(lo), lb.tape.bytes(lo));
-        let loss = run(&lb, tape::Mode::Normal.or_nograd(mode));
+        let loss = run(lb, tape::Mode::Normal.or_nograd(mode));
         let traces = collect(layers.len());
         let scripts = collect_scripts(true);
         // The layer input is freed during the layer's forward unless a saved tensor (or the
@@ -675,6 +680,7 @@ fn input_back(s: Seg, part: &Part, io: f64, now: bool) -> Seg {
 
 /// One model chunk of a pipeline stage, its forward and backward as segments: `b_new` the
 /// first backward (which makes the chunk's gradients), `b_acc` the later ones.
+#[derive(Clone, Copy)]
 pub(crate) struct Chunk {
     f: Seg,
     b_new: Seg,
@@ -873,38 +879,48 @@ pub(crate) fn pipeline_loop(
     let n = chunks.len().max(fsdp.len());
     let mut p = Program::new();
     let mut started = vec![false; n];
-    let (mut fwd_mb, mut bwd_mb) = (vec![0u64; n], vec![0u64; n]);
+    let mut counts = vec![0u64; 2 * n];
+    let (fwd_mb, bwd_mb) = counts.split_at_mut(n);
     let mut state = vec![FsdpState::SHARDED; n];
     // FSDP segments depend only on the chunk, the op and the states: made once each.
     type Key = (usize, bool, FsdpState, bool, bool);
     let mut memo: Vec<(Key, Seg, FsdpState)> = Vec::new();
+    // Appends the segment of `op` (in its micro-batch) to `x`.
     let mut seg_for = |op: PipeOp,
+                       x: &mut Seg,
                        started: &mut [bool],
                        fwd_mb: &mut [u64],
                        bwd_mb: &mut [u64],
-                       state: &mut [FsdpState]|
-     -> Seg {
-        let s = match op {
+                       state: &mut [FsdpState]| {
+        let push = |x: &mut Seg, s: &Seg, i: u64| {
+            let at = Where {
+                micro_batch: i as u32,
+                micro_batches: m as u32,
+                ..s.at
+            };
+            x.push_at(s, at)
+        };
+        match op {
             PipeOp::F(c) => {
                 fwd_mb[c] += 1;
                 let s = if let Some(fc) = fsdp.get(c) {
                     let key = (c, true, state[c], false, false);
-                    let (seg, out) = match memo.iter().find(|x| x.0 == key) {
-                        Some(x) => (x.1, x.2),
+                    let i = match memo.iter().position(|x| x.0 == key) {
+                        Some(i) => i,
                         None => {
                             let mut out = state[c];
                             let seg = seg_of(|q| out = fc.new.forward(state[c], q, false));
                             let seg = input_back(seg, &fc.new.part, fc.io, !fc.new.st.input_kept);
                             memo.push((key, seg, out));
-                            (seg, out)
+                            memo.len() - 1
                         }
                     };
-                    state[c] = out;
-                    seg
+                    state[c] = memo[i].2;
+                    &memo[i].1
                 } else {
-                    chunks[c].f
+                    &chunks[c].f
                 };
-                in_micro_batch(s, fwd_mb[c], m)
+                push(x, s, fwd_mb[c]);
             }
             PipeOp::B(c) => {
                 bwd_mb[c] += 1;
@@ -913,8 +929,8 @@ pub(crate) fn pipeline_loop(
                 let s = if let Some(fc) = fsdp.get(c) {
                     let sync = bwd_mb[c] == m;
                     let key = (c, false, state[c], sync, after_first);
-                    let (seg, out) = match memo.iter().find(|x| x.0 == key) {
-                        Some(x) => (x.1, x.2),
+                    let i = match memo.iter().position(|x| x.0 == key) {
+                        Some(i) => i,
                         None => {
                             let st = if after_first { &fc.acc } else { &fc.new };
                             let mut out = state[c];
@@ -930,20 +946,19 @@ pub(crate) fn pipeline_loop(
                                 after_first,
                             );
                             memo.push((key, seg, out));
-                            (seg, out)
+                            memo.len() - 1
                         }
                     };
-                    state[c] = out;
-                    seg
+                    state[c] = memo[i].2;
+                    &memo[i].1
                 } else if after_first {
-                    chunks[c].b_acc
+                    &chunks[c].b_acc
                 } else {
-                    chunks[c].b_new
+                    &chunks[c].b_new
                 };
-                in_micro_batch(s, bwd_mb[c], m)
+                push(x, s, bwd_mb[c]);
             }
-        };
-        s
+        }
     };
     // Runs of the same op (warm-up forwards of one chunk) or the same pair (one forward, one
     // backward) compose as their second element repeated once the states it leaves stop
@@ -978,7 +993,7 @@ pub(crate) fn pipeline_loop(
          -> Seg {
             let mut x = Seg::default();
             for op in &ops[i + k * unit..i + (k + 1) * unit] {
-                x.push(&seg_for(*op, started, fwd_mb, bwd_mb, state));
+                seg_for(*op, &mut x, started, fwd_mb, bwd_mb, state);
             }
             x
         };
@@ -1034,7 +1049,9 @@ pub(crate) fn pipeline_loop(
         .count();
     let steady_end = ops.len() - cooldown.min(ops.len() - first_b);
     let mut i = 0;
-    let mut previous: Option<(Seg, Vec<FsdpState>)> = None;
+    // The last period composed, and the states it left.
+    let mut previous: Option<Seg> = None;
+    let mut previous_state = state.clone();
     while i < ops.len() {
         if i == first_b {
             p.point("forward: micro-batches in flight");
@@ -1044,19 +1061,12 @@ pub(crate) fn pipeline_loop(
             let mut seg = Seg::default();
             let end = i + period;
             while i < end {
-                i = compose(
-                    i,
-                    end,
-                    &mut seg,
-                    &mut started,
-                    &mut fwd_mb,
-                    &mut bwd_mb,
-                    &mut state,
-                );
+                i = compose(i, end, &mut seg, &mut started, fwd_mb, bwd_mb, &mut state);
             }
             // Skip whole periods that would compose the same, keeping the last one.
-            if let Some((prev, prev_state)) = &previous {
-                let same = prev.peak == seg.peak && prev.delta == seg.delta && *prev_state == state;
+            if let Some(prev) = &previous {
+                let same =
+                    prev.peak == seg.peak && prev.delta == seg.delta && previous_state == state;
                 let left = (steady_end - i) / period;
                 if same && left > 1 {
                     let skip = left - 1;
@@ -1077,7 +1087,8 @@ pub(crate) fn pipeline_loop(
                 }
             }
             p.then(seg);
-            previous = Some((seg, state.clone()));
+            previous = Some(seg);
+            previous_state.copy_from_slice(&state);
             continue;
         }
         // Up to the next period boundary (or the end).
@@ -1091,15 +1102,7 @@ pub(crate) fn pipeline_loop(
             ops.len()
         };
         let mut seg = Seg::default();
-        i = compose(
-            i,
-            limit,
-            &mut seg,
-            &mut started,
-            &mut fwd_mb,
-            &mut bwd_mb,
-            &mut state,
-        );
+        i = compose(i, limit, &mut seg, &mut started, fwd_mb, bwd_mb, &mut state);
         p.then(seg);
     }
     p.point("after backward");

@@ -20,6 +20,8 @@ pub use crate::mem::{Bytes, Cat, Event, Local, Seg, Where, NCAT};
 struct Meter<'e> {
     live: Bytes,
     peak: Bytes,
+    /// `peak.total()`, kept as it is set (each candidate is compared with it).
+    top: f64,
     at: &'static str,
     trace: Option<&'e mut Vec<Event>>,
 }
@@ -29,6 +31,7 @@ impl<'e> Meter<'e> {
         Meter {
             live: Bytes::default(),
             peak: Bytes::default(),
+            top: Bytes::default().total(),
             at: "",
             trace,
         }
@@ -87,16 +90,25 @@ impl<'e> Meter<'e> {
     }
     /// Record the current point as a candidate peak.
     fn mark_now(&mut self, what: &'static str) {
-        if self.live.total() > self.peak.total() {
+        let now = self.live.total();
+        if now > self.top {
             self.peak = self.live;
+            self.top = now;
             self.at = what;
         }
+    }
+    /// Set the high-water mark.
+    fn set_peak(&mut self, peak: Bytes) {
+        self.peak = peak;
+        self.top = peak.total();
     }
     /// Record the current point (plus a transient) as a candidate peak.
     fn mark(&mut self, transient: Bytes, what: &'static str) {
         let now = self.live.plus(transient);
-        if now.total() > self.peak.total() {
+        let total = now.total();
+        if total > self.top {
             self.peak = now;
+            self.top = total;
             self.at = what;
         }
         if transient.total() > 0.0 {
@@ -180,13 +192,19 @@ struct Storage {
     /// Held by a local of the model's forward (the eager attention mask, GPT-2's position
     /// embeddings): gone when the model's forward returns, which the caller accounts for.
     local: bool,
+    /// The last op that takes a view of it as an input (kept as ops are recorded).
+    last_use: Option<u32>,
+    /// The first op that saves a view of it for its backward: it is released after that
+    /// op's backward. `None`: no op saves it.
+    first_saver: Option<u32>,
 }
 
-/// A short list of tensor ids kept inline (ops have at most a handful of each).
+/// A short list of tensor ids kept inline (ops have at most a handful of each), as `u32`s:
+/// an op is copied as its tape grows.
 #[derive(Clone, Copy, Debug, Default)]
 struct Ids {
     n: u8,
-    v: [usize; 6],
+    v: [u32; 6],
 }
 
 impl Ids {
@@ -199,11 +217,11 @@ impl Ids {
         x
     }
     fn push(&mut self, t: Tid) {
-        self.v[self.n as usize] = t;
+        self.v[self.n as usize] = t as u32;
         self.n += 1;
     }
-    fn iter(&self) -> impl Iterator<Item = &usize> + '_ {
-        self.v[..self.n as usize].iter()
+    fn iter(&self) -> impl Iterator<Item = Tid> + '_ {
+        self.v[..self.n as usize].iter().map(|&t| t as Tid)
     }
 }
 
@@ -404,8 +422,15 @@ pub struct Tape {
 }
 
 impl Tape {
+    /// An empty tape, sized for a decoder layer's ops (a few dozen) so that recording one
+    /// rarely grows it.
     pub fn new() -> Self {
-        Self::default()
+        Tape {
+            tensors: Vec::with_capacity(64),
+            storages: Vec::with_capacity(64),
+            ops: Vec::with_capacity(64),
+            ..Self::default()
+        }
     }
 
     fn new_storage(
@@ -426,6 +451,8 @@ impl Tape {
             kept: false,
             cached: false,
             local: false,
+            last_use: None,
+            first_saver: None,
         });
         self.tensors.push(Tensor {
             storage: self.storages.len() - 1,
@@ -433,6 +460,32 @@ impl Tape {
             rg,
         });
         self.tensors.len() - 1
+    }
+
+    /// Op `i` takes `ts` as inputs.
+    fn used(&mut self, ts: Ids, i: usize) {
+        for t in ts.iter() {
+            let s = self.tensors[t].storage;
+            self.storages[s].last_use = Some(i as u32);
+        }
+    }
+
+    /// Op `i` saves `t` for its backward.
+    fn saved_by(&mut self, t: Tid, i: usize) {
+        let s = self.tensors[t].storage;
+        let st = &mut self.storages[s];
+        if st.first_saver.is_none() {
+            st.first_saver = Some(i as u32);
+        }
+    }
+
+    /// Empty again, as [`Tape::new`] makes one, keeping what it allocated.
+    pub fn clear(&mut self) {
+        self.tensors.clear();
+        self.storages.clear();
+        self.ops.clear();
+        self.output = None;
+        self.scope = "";
     }
 
     /// The stretch's input: already in memory when the stretch starts.
@@ -529,10 +582,16 @@ impl Tape {
                 saved.push(aux);
             }
         }
+        let i = self.ops.len();
+        let inputs = Ids::from(spec.inputs);
+        self.used(inputs, i);
+        for t in saved.iter() {
+            self.saved_by(t, i);
+        }
         self.ops.push(Op {
             name,
             named: !spec.name.is_empty(),
-            inputs: Ids::from(spec.inputs),
+            inputs,
             outputs,
             saved,
             fwd_temp: spec.fwd_temp,
@@ -564,8 +623,10 @@ impl Tape {
     /// to this point of the forward.
     pub fn touch(&mut self, ts: &[Tid]) {
         for chunk in ts.chunks(6) {
+            let inputs = Ids::from(chunk);
+            self.used(inputs, self.ops.len());
             self.ops.push(Op {
-                inputs: Ids::from(chunk),
+                inputs,
                 ..Op::default()
             });
         }
@@ -576,6 +637,7 @@ impl Tape {
         if self.tensors[t].rg {
             if let Some(op) = self.ops.last_mut() {
                 op.saved.push(t);
+                self.saved_by(t, self.ops.len() - 1);
             }
         }
     }
@@ -591,9 +653,11 @@ impl Tape {
                 self.tensors.len() - 1
             })
             .collect();
+        let inputs = Ids::from(&[x]);
+        self.used(inputs, self.ops.len());
         self.ops.push(Op {
             name: "split",
-            inputs: Ids::from(&[x]),
+            inputs,
             outputs: Ids::from(&views),
             ..Op::default()
         });
@@ -625,24 +689,13 @@ impl Tape {
         self.tag(self.tensors[t].storage, what, role)
     }
 
-    /// Which storages some op saves.
-    fn saved_storages(&self) -> Vec<bool> {
-        let mut v = vec![false; self.storages.len()];
-        for o in &self.ops {
-            for &t in o.saved.iter() {
-                v[self.tensors[t].storage] = true;
-            }
-        }
-        v
-    }
-
     /// Every storage some op saves for its backward, in the order they are made: what the
     /// stretch keeps for autograd (views of one storage counted once).
     pub fn saved(&self) -> Vec<SavedTensor> {
         let mut v: Vec<SavedTensor> = Vec::new();
         let mut at: Vec<Option<usize>> = vec![None; self.storages.len()];
         for o in &self.ops {
-            for &t in o.saved.iter() {
+            for t in o.saved.iter() {
                 let s = self.tensors[t].storage;
                 let st = &self.storages[s];
                 match at[s] {
@@ -686,7 +739,6 @@ impl Tape {
             ..Profile::default()
         };
         let saving = mode == Mode::Normal;
-        let is_saved = self.saved_storages();
         let (fm_seg, alive_fwd) = {
             let mut fm = Meter::new(trace.as_deref_mut());
             for (s, st) in self.storages.iter().enumerate() {
@@ -694,10 +746,10 @@ impl Tape {
                     fm.marker(Local::Storage(s as u32), "input");
                 }
             }
-            let alive = self.forward(&mut fm, saving, mode == Mode::Checkpointed, &is_saved);
+            let alive = self.forward(&mut fm, saving, mode == Mode::Checkpointed);
             fm.marker(Local::Storage(out_storage as u32), "output");
             for (s, st) in self.storages.iter().enumerate() {
-                if alive[s] && st.cached && !(saving && is_saved[s]) {
+                if alive[s] && st.cached && !(saving && st.first_saver.is_some()) {
                     fm.marker(Local::Storage(s as u32), "autocast cache");
                 }
                 if alive[s] && st.kept {
@@ -712,7 +764,7 @@ impl Tape {
             .iter()
             .enumerate()
             .any(|(s, st)| st.external && alive_fwd[s]);
-        prof.fwd_cached = self.cached_unsaved(&alive_fwd, saving, &is_saved);
+        prof.fwd_cached = self.cached_unsaved(&alive_fwd, saving);
         if mode == Mode::NoGrad {
             return prof;
         }
@@ -749,7 +801,7 @@ impl Tape {
                 alive = alive_fwd;
                 m.live = prof.fwd.delta.minus(prof.fwd_cached);
                 for (s, st) in self.storages.iter().enumerate() {
-                    if alive[s] && st.cached && !is_saved[s] {
+                    if alive[s] && st.cached && st.first_saver.is_none() {
                         alive[s] = false;
                     }
                 }
@@ -788,9 +840,9 @@ impl Tape {
                 }
                 let base = m.live;
                 m.live = Bytes::default();
-                m.peak = Bytes::default();
-                let a = self.forward(&mut m, true, true, &is_saved);
-                m.peak = base.plus(m.peak);
+                m.set_peak(Bytes::default());
+                let a = self.forward(&mut m, true, true);
+                m.set_peak(base.plus(m.peak));
                 m.live = base.plus(m.live);
                 alive = a;
                 if alive[out_storage] && !self.storages[out_storage].kept {
@@ -828,10 +880,10 @@ impl Tape {
         prof
     }
 
-    fn cached_unsaved(&self, alive: &[bool], saving: bool, is_saved: &[bool]) -> Bytes {
+    fn cached_unsaved(&self, alive: &[bool], saving: bool) -> Bytes {
         let mut b = Bytes::default();
         for (s, st) in self.storages.iter().enumerate() {
-            if alive[s] && st.cached && !(saving && is_saved[s]) {
+            if alive[s] && st.cached && !(saving && st.first_saver.is_some()) {
                 b.add(st.cat, st.bytes);
             }
         }
@@ -840,31 +892,20 @@ impl Tape {
 
     /// Forward replay from the meter's current point (the external input counts as already
     /// there). Returns which storages are alive at the end.
-    fn forward(
-        &self,
-        m: &mut Meter<'_>,
-        saving: bool,
-        hold_inputs: bool,
-        is_saved: &[bool],
-    ) -> Vec<bool> {
+    fn forward(&self, m: &mut Meter<'_>, saving: bool, hold_inputs: bool) -> Vec<bool> {
         let n = self.storages.len();
         let out_storage = self.output.map(|t| self.tensors[t].storage);
-        let mut last_use = vec![None::<usize>; n];
-        for (i, op) in self.ops.iter().enumerate() {
-            for &t in op.inputs.iter() {
-                last_use[self.tensors[t].storage] = Some(i);
-            }
-        }
+        let is_saved = |s: usize| self.storages[s].first_saver.is_some();
         let keep = |s: usize| -> bool {
             let st = &self.storages[s];
-            (saving && is_saved[s])
+            (saving && is_saved(s))
                 || Some(s) == out_storage
                 || st.cached
                 || st.kept
                 || (hold_inputs && st.external)
         };
         let role = |s: usize| {
-            if saving && is_saved[s] {
+            if saving && is_saved(s) {
                 "saved for backward"
             } else if Some(s) == out_storage {
                 "output"
@@ -875,7 +916,7 @@ impl Tape {
         let mut alive: Vec<bool> = self.storages.iter().map(|s| s.external).collect();
         let mut created = vec![false; n];
         for (i, op) in self.ops.iter().enumerate() {
-            for &t in op.outputs.iter() {
+            for t in op.outputs.iter() {
                 let s = self.tensors[t].storage;
                 if !alive[s] && !created[s] {
                     alive[s] = true;
@@ -895,9 +936,9 @@ impl Tape {
             } else {
                 m.mark_now(op.name);
             }
-            for &t in op.inputs.iter().chain(op.outputs.iter()) {
+            for t in op.inputs.iter().chain(op.outputs.iter()) {
                 let s = self.tensors[t].storage;
-                let used_later = last_use[s].is_some_and(|u| u > i);
+                let used_later = self.storages[s].last_use.is_some_and(|u| u as usize > i);
                 if alive[s] && !used_later && !keep(s) && !self.storages[s].held {
                     alive[s] = false;
                     m.sub(
@@ -976,22 +1017,15 @@ impl Tape {
             g
         }
         let nt = self.tensors.len();
-        let mut gbuf: Vec<GBuf> = Vec::new();
+        // Gradient buffers: up to about one and a half per tensor.
+        let mut gbuf: Vec<GBuf> = Vec::with_capacity(2 * self.tensors.len());
         let grad_cat = |t: Tid| match self.storages[self.tensors[t].storage].cat {
             Cat::Logits => Cat::Logits,
             _ => Cat::Temporaries,
         };
         let mut grad_of: Vec<Option<usize>> = vec![None; nt];
         // Storages released after each op's backward: those it is the earliest saver of.
-        let mut first_saver = vec![None::<usize>; self.storages.len()];
-        for (i, op) in self.ops.iter().enumerate() {
-            for &t in op.saved.iter() {
-                let s = self.tensors[t].storage;
-                if first_saver[s].is_none() {
-                    first_saver[s] = Some(i);
-                }
-            }
-        }
+        let first_saver = |s: usize| self.storages[s].first_saver.map(|i| i as usize);
         if self.tensors[out].rg {
             gbuf.push(GBuf {
                 bytes: self.tensors[out].bytes,
@@ -1002,7 +1036,7 @@ impl Tape {
             grad_of[out] = Some(0);
         }
         for (i, op) in self.ops.iter().enumerate().rev() {
-            let incoming = op.outputs.iter().find_map(|&t| grad_of[t]);
+            let incoming = op.outputs.iter().find_map(|t| grad_of[t]);
             // New gradients of inputs that already have one: (input, new buffer).
             let mut pending: [(Tid, usize); 6] = [(0, 0); 6];
             let mut npending = 0;
@@ -1043,7 +1077,7 @@ impl Tape {
                 if op.tied_grad > 0.0 {
                     tied = Some(own(&mut gbuf, m, op.tied_grad, "tied weight's gradient"));
                 }
-                for &t in op.inputs.iter() {
+                for t in op.inputs.iter() {
                     if !self.tensors[t].rg {
                         continue;
                     }
@@ -1087,12 +1121,12 @@ impl Tape {
                             grad_of[t] = Some(g);
                         }
                         (None, false) => {
-                            let reuse = op.saved.iter().next().map(|&x| self.tensors[x].storage);
+                            let reuse = op.saved.iter().next().map(|x| self.tensors[x].storage);
                             match reuse {
                                 Some(s)
                                     if op.grad_in_saved
                                         && alive[s]
-                                        && first_saver[s] == Some(i) =>
+                                        && first_saver(s) == Some(i) =>
                                 {
                                     // The saved storage becomes the gradient.
                                     alive[s] = false;
@@ -1162,7 +1196,7 @@ impl Tape {
                         );
                     }
                 }
-                for &t in op.outputs.iter() {
+                for t in op.outputs.iter() {
                     if let Some(g) = grad_of[t].take() {
                         gbuf[g].refs -= 1;
                         if gbuf[g].refs == 0 {
@@ -1179,9 +1213,9 @@ impl Tape {
             // What this op was the last to need goes, in the order the op saved it (autograd
             // releases a node's saved tensors last argument first: `mm`'s weight before its
             // input, `mul`'s other operand before self, which the ops list first).
-            for &t in op.saved.iter() {
+            for t in op.saved.iter() {
                 let s = self.tensors[t].storage;
-                if first_saver[s] == Some(i) && alive[s] && !self.storages[s].kept {
+                if first_saver(s) == Some(i) && alive[s] && !self.storages[s].kept {
                     alive[s] = false;
                     m.sub(
                         self.storages[s].cat,
