@@ -261,10 +261,12 @@ impl Request {
             fixed.grad_accum = has("grad_accum").then_some(gp.grad_accum);
             fixed.schedule = (has("schedule") || has("virtual_stages")).then_some(gp.schedule);
             fixed.offload = has("offload").then_some((gp.offload_optimizer, gp.offload_params));
-            // HYBRID_SHARD's group: as given, else (dp not given either) the engine's 8.
-            let hybrid = po
-                .str_opt("fsdp")?
-                .is_some_and(|f| f.eq_ignore_ascii_case("hybrid_shard"));
+            // HYBRID_SHARD's group: as given, else (dp not given either) the engine's 8. (A
+            // command line's request: the 5D panel's fixes no layout, `unfix`.)
+            let hybrid = cfg!(not(target_arch = "wasm32"))
+                && po
+                    .str_opt("fsdp")?
+                    .is_some_and(|f| f.eq_ignore_ascii_case("hybrid_shard"));
             fixed.shard_group = if has("shard_group") || (hybrid && has("dp")) {
                 Some(gp.shard_group)
             } else {
@@ -936,7 +938,9 @@ impl Sweep<'_> {
         // without them the scenario would not give these figures.
         if let (Some(Value::Object(given)), Value::Object(m)) = (v.get("parallel"), &mut p) {
             for (k, x) in given {
-                m.entry(k.clone()).or_insert_with(|| x.clone());
+                if !m.contains_key(k) {
+                    m.insert(k.clone(), x.clone());
+                }
             }
         }
         v["parallel"] = p;
