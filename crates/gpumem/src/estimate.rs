@@ -269,10 +269,7 @@ pub fn estimate(s: &Scenario) -> Result<Estimate> {
     let r = Reserved::new(s, peak_bytes, replayed, managed, &mut notes);
     let headroom = headroom(s.capacity_bytes, r.device);
     cap_timeline(&mut timeline, peak_bytes);
-    let p = match arch {
-        Some(a) => a.params(),
-        None => Default::default(),
-    };
+    let p = &states.params;
     let params = match &s.model {
         Model::Params(n) => *n,
         _ => p.total,
@@ -1539,6 +1536,8 @@ pub(crate) struct ModelStates {
     pub optimizer: f64,
     pub managed: f64,
     pub trainable_params: u64,
+    /// The model's parameter counts (none for a bare count).
+    pub params: crate::arch::ParamCounts,
 }
 
 impl ModelStates {
@@ -1546,13 +1545,14 @@ impl ModelStates {
         let p = &s.precision;
         let train = s.mode == Mode::Train;
         let opt = s.optimizer;
+        let params = match arch {
+            Some(a) => a.params(),
+            None => Default::default(),
+        };
         match (arch, &s.finetune) {
             (None, _) | (Some(_), Finetune::Full) => {
                 let (n, tensors) = match arch {
-                    Some(a) => {
-                        let n = a.params().total;
-                        (n, param_tensors(a, n))
-                    }
+                    Some(a) => (params.total, param_tensors(a, params.total)),
                     // A bare count: one big matrix (optimizer state counted per element).
                     None => {
                         let n = match &s.model {
@@ -1594,6 +1594,7 @@ impl ModelStates {
                     optimizer: if train { optimizer } else { 0.0 },
                     managed: if train { managed } else { 0.0 },
                     trainable_params: if train { n } else { 0 },
+                    params,
                 }
             }
             (Some(a), Finetune::Lora(l)) => {
@@ -1601,7 +1602,7 @@ impl ModelStates {
                 let base = if l.quantized {
                     quantized_weights(a, DType::Nf4, p.compute())
                 } else if p.weights.is_float_compute() {
-                    a.params().total as f64 * p.weights.bytes()
+                    params.total as f64 * p.weights.bytes()
                 } else {
                     quantized_weights(a, p.weights, p.compute())
                 };
@@ -1621,6 +1622,7 @@ impl ModelStates {
                     optimizer: if train { optimizer } else { 0.0 },
                     managed: if train { managed } else { 0.0 },
                     trainable_params: if train { af as u64 } else { 0 },
+                    params,
                 }
             }
         }

@@ -201,6 +201,7 @@ impl Ids {
         self.v[self.n] = t;
         self.n += 1;
     }
+    #[inline(always)]
     fn all(&self) -> &[Tid] {
         &self.v[..self.n]
     }
