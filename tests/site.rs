@@ -42,6 +42,15 @@ fn served() -> &'static str {
     })
 }
 
+/// A chapter's address: its name ("zero"), or a path with its query ("zero.html?zero-stage=3").
+fn page_url(page: &str) -> String {
+    if page.contains('.') {
+        format!("{}/{page}", served())
+    } else {
+        format!("{}/{page}.html", served())
+    }
+}
+
 fn read(p: &Path) -> String {
     std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
@@ -1304,12 +1313,7 @@ fn every_widget_text_and_slice_reads_in_all_five_themes() {
             "what-now",
             "validation",
         ] {
-            let path = if page.contains('.') {
-                page.to_string()
-            } else {
-                format!("{page}.html")
-            };
-            c.goto(&format!("{}/{path}", served())).unwrap();
+            c.goto(&page_url(page)).unwrap();
             if page != "validation" {
                 wait_all_live(&c);
             }
@@ -1437,12 +1441,7 @@ fn phones_never_scroll_sideways_and_charts_stay_legible() {
             "validation",
             "references",
         ] {
-            let path = if page.contains('.') {
-                page.to_string()
-            } else {
-                format!("{page}.html")
-            };
-            c.goto(&format!("{}/{path}", served())).unwrap();
+            c.goto(&page_url(page)).unwrap();
             if !["index", "validation", "references"].contains(&page) {
                 wait_all_live(&c);
             }
