@@ -578,15 +578,16 @@ struct Sweep<'a> {
     req: &'a Request,
     spec: gpu::Gpu,
     scratch: Scenario,
-    /// The one engine's replayed stretches, per (tp, cp, micro-batch, recomputation,
-    /// whether a tied embedding is held as two parameters).
+    /// The one engine's replayed stretches, per (tp, cp, ep, micro-batch, recomputation,
+    /// whether a tied embedding is held as two parameters, whether later micro-batches
+    /// accumulate, whether Megatron's weight gradients are fused).
     prepared: Vec<(PrepKey, crate::estimate::Prepared)>,
     found: Vec<Found>,
     /// The model's parameter counts, for the cost model (counted once).
     pc: crate::arch::ParamCounts,
 }
 
-type PrepKey = (u64, u64, u64, Recompute, bool, bool, bool);
+type PrepKey = (u64, u64, u64, u64, Recompute, bool, bool, bool);
 
 /// The most stretches kept after a plan (beyond, none are).
 const MAX_PREPARED: usize = 4096;
@@ -842,6 +843,7 @@ impl Sweep<'_> {
             let key = (
                 par.tp,
                 par.cp,
+                par.ep,
                 b,
                 r,
                 untie,
@@ -1087,4 +1089,54 @@ fn cost(
         + offload_s;
     let step = compute * (1.0 + bubble) + exposed;
     (bubble, tr, step, exposed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each layout the sweep keeps was screened with the stretches of its own mesh: the
+    /// headroom it was kept with is the one a fresh replay for that layout alone gives. The
+    /// stretches are shared across layouts by key, so the key must hold everything of a
+    /// layout they depend on (the expert-parallel degree among them: it sets how many
+    /// tokens each rank's experts see).
+    #[test]
+    fn layouts_are_screened_with_their_own_stretches() {
+        let mut req = Request::from_value(&serde_json::json!({
+            "model": "qwen1.5-moe-a2.7b", "seq": 2048, "global_batch": 32, "gpus": 8,
+            "parallel": {"framework": "fsdp"},
+        }))
+        .unwrap();
+        req.exhaustive = true;
+        let s = &req.scenario;
+        let Model::Arch { arch: a, .. } = &s.model else {
+            unreachable!()
+        };
+        let mut sweep = Sweep {
+            s,
+            a,
+            req: &req,
+            spec: gpu::find(&s.gpu_name).unwrap(),
+            scratch: s.clone(),
+            prepared: Vec::new(),
+            found: Vec::new(),
+            pc: a.params(),
+        };
+        sweep.count(8);
+        let eps: Vec<u64> = sweep.found.iter().map(|f| f.par.ep).collect();
+        assert!(eps.contains(&1) && eps.iter().any(|&e| e > 1), "{eps:?}");
+        for f in &sweep.found {
+            let mut one = s.clone();
+            one.parallel = f.par;
+            one.batch = f.batch;
+            one.recompute = f.recompute;
+            let (peak, _) = crate::estimate::worst_stage(&one, &crate::estimate::prepare(&one, a));
+            let fresh = s.capacity_bytes as i64 - (peak.round() as u64 + CUDA_CONTEXT_BYTES) as i64;
+            assert_eq!(
+                f.headroom, fresh,
+                "{:?} b={} {:?}",
+                f.par, f.batch, f.recompute
+            );
+        }
+    }
 }
