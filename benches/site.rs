@@ -15,14 +15,15 @@ use serde_json::json;
 
 /// Slider timing, in the page: with the widget `view` in the middle of the window, set the
 /// batch slider of `widget`, dispatch `input` as the browser does, and stop the clock when the
-/// DOM of `watched` (a widget on the same page) has changed (a MutationObserver fires), and again
+/// DOM of `watched` (a widget on the same page; or the element `inside` it that the selector
+/// names) has changed (a MutationObserver fires), and again
 /// when the page has been laid out (what is left for the frame is painting). `wait` ms between
 /// inputs (0: the next frame); a widget off screen is brought up to date once the knobs rest.
 const SLIDER_SCRIPT: &str = r#"
 const done = arguments[arguments.length - 1];
-const [n, widget, input, watched, view, wait] = arguments;
+const [n, widget, input, watched, view, wait, inside] = arguments;
 const fig = document.querySelector(`[data-widget=${widget}]`);
-const watch = document.querySelector(`[data-widget=${watched}]`);
+const watch = document.querySelector(`[data-widget=${watched}] ${inside}`.trim());
 const slider = fig.querySelector(input);
 document.querySelector(`[data-widget=${view}]`).scrollIntoView({ block: 'center' });
 const times = [];
@@ -131,13 +132,14 @@ fn main() {
                 (widget, input): (&str, &str),
                 (watched, view): (&str, &str),
                 wait: u64,
-                n: u64| {
+                n: u64,
+                inside: &str| {
         // Let the page settle where it is scrolled to (the widgets near the screen known).
         std::thread::sleep(Duration::from_millis(500));
         let v = c
             .eval_async(
                 SLIDER_SCRIPT,
-                json!([n, widget, input, watched, view, wait]),
+                json!([n, widget, input, watched, view, wait, inside]),
             )
             .unwrap();
         // (DOM updated, and laid out) for each input.
@@ -161,6 +163,7 @@ fn main() {
         ("allocator", "allocator"),
         0,
         200,
+        "",
     );
     // The op-level timeline on the same page, in view: the clock stopped when it has been
     // redrawn (its step replayed with every event, unrolled and drawn) and laid out.
@@ -170,6 +173,7 @@ fn main() {
         ("timeline", "timeline"),
         0,
         200,
+        "",
     );
     // A widget off screen: brought up to date, with the others off screen, once the slider
     // rests (120 ms; the clock includes the rest).
@@ -179,6 +183,7 @@ fn main() {
         ("sweep", "allocator"),
         300,
         30,
+        "",
     );
     // The 5D panel: every micro-batch change re-estimates all stages and re-plans the layouts
     // of 64 GPUs (70B, 8k tokens).
@@ -194,5 +199,16 @@ fn main() {
         ("parallelism", "parallelism"),
         0,
         60,
+        "",
+    );
+    // Its planner follows once the knobs rest (120 ms; the clock includes the rest): the
+    // clock stops when the plan's caption has changed.
+    time(
+        "5D panel, micro-batch input → the planner's table after the rest",
+        ("parallelism", "input[id$=-batch]"),
+        ("parallelism", "parallelism"),
+        300,
+        30,
+        "table.gm-plan caption",
     );
 }

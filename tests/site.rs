@@ -1001,6 +1001,43 @@ fn the_5d_panel_takes_a_pasted_config_refuses_a_hostile_one_and_applies_a_planne
         .unwrap()
         .starts_with("custom (config.json)"));
 
+    // A change moves the panel at once; the planner (some 1,600 layouts) follows once the
+    // knobs rest, its table marked busy until then.
+    let plan_x = "document.querySelector('[data-widget=parallelism] table.gm-plan')";
+    c.wait_for(
+        &format!("return !{plan_x}.hasAttribute('aria-busy')"),
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    let caption = |c: &Chrome| c.eval(&format!("return {plan_x}.caption.textContent"), json!([]));
+    let before = caption(&c).unwrap();
+    // Read as the panel is redrawn (a `MutationObserver`: before the knobs can rest).
+    let at_once = c
+        .eval_async(
+            &format!(
+                "const done = arguments[arguments.length - 1]; \
+                 const w = document.querySelector('[data-widget=parallelism]'); \
+                 new MutationObserver((_, o) => {{ if ({sub_x}.includes('b=2')) {{ o.disconnect(); \
+                   done([true, {plan_x}.getAttribute('aria-busy'), {plan_x}.caption.textContent]); }} }}) \
+                   .observe(w, {{subtree: true, childList: true, characterData: true}}); \
+                 const b = w.querySelector('input[id$=-batch]'); \
+                 b.value = '2'; b.dispatchEvent(new Event('change', {{bubbles: true}}));"
+            ),
+            json!([]),
+        )
+        .unwrap();
+    assert_eq!(at_once, json!([true, "true", before]), "{at_once}");
+    c.wait_for(
+        &format!("return !{plan_x}.hasAttribute('aria-busy')"),
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    assert_ne!(
+        caption(&c).unwrap(),
+        before,
+        "the plan of the new micro-batch"
+    );
+
     // The planner's first layout, applied: the panel shows it and marks its row.
     let use1 = c
         .find("[data-widget=parallelism] button[aria-label='Use layout 1']")

@@ -205,9 +205,10 @@ fn opt_count(init: &Init, k: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// The page's knobs (or the widget's own, with `scope=local`), and how to change them.
+/// The page's knobs (or the widget's own, with `scope=local`), and how to change them; with
+/// `at_rest`, told of a change only once the knobs rest (see [`store::join`]).
 #[hook]
-pub fn use_knobs(init: &Init) -> (Knobs, Callback<Knobs>) {
+pub fn use_knobs(init: &Init, at_rest: bool) -> (Knobs, Callback<Knobs>) {
     let knobs = use_state(|| init.knobs.clone());
     {
         let setter = knobs.setter();
@@ -217,8 +218,12 @@ pub fn use_knobs(init: &Init) -> (Knobs, Callback<Knobs>) {
         use_effect_with((), move |_| {
             let sub = (!local).then(|| {
                 let s2 = setter.clone();
-                let (current, sub) =
-                    store::join(&page, &uid, &initial, Callback::from(move |k| s2.set(k)));
+                let (current, sub) = store::join(
+                    &page,
+                    if at_rest { "" } else { &uid },
+                    &initial,
+                    Callback::from(move |k| s2.set(k)),
+                );
                 if current != initial {
                     setter.set(current);
                 }
@@ -261,7 +266,7 @@ pub fn use_live_marker() -> NodeRef {
 /// The allocator widget, as a hook of the one widget component ([`crate::Widget`]).
 #[hook]
 pub fn use_allocator(init: &Init) -> Html {
-    let (k, set) = use_knobs(init);
+    let (k, set) = use_knobs(init, false);
     let root = use_live_marker();
     let model = k
         .get("model")

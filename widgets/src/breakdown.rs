@@ -133,7 +133,7 @@ const TOP: f64 = 16.0;
 /// The breakdown widget, as a hook of the one widget component ([`crate::Widget`]).
 #[hook]
 pub fn use_breakdown(init: &Init) -> Html {
-    let (k, set) = use_knobs(init);
+    let (k, set) = use_knobs(init, false);
     let root = use_live_marker();
     let (svg_ref, w) = use_width();
     let (try_set, refused_msg) = use_checked_set(set);

@@ -104,7 +104,7 @@ pub fn waterfall(a: &Knobs, b: &Knobs) -> Result<Waterfall, String> {
 /// The diff widget, as a hook of the one widget component ([`crate::Widget`]).
 #[hook]
 pub fn use_diff(init: &Init) -> Html {
-    let (k, _) = use_knobs(init);
+    let (k, _) = use_knobs(init, false);
     let root = use_live_marker();
     let (title_id, summary_id) = (init.id("title"), init.id("summary"));
     let with = init.option("with").unwrap_or("");

@@ -230,7 +230,7 @@ pub fn verdict(a: &Answer, guess: f64, tolerance: f64) -> (bool, String) {
 /// The exercise widget, as a hook of the one widget component ([`crate::Widget`]).
 #[hook]
 pub fn use_exercise(init: &Init) -> Html {
-    let (k, _) = use_knobs(init);
+    let (k, _) = use_knobs(init, false);
     let root = use_live_marker();
     let input = use_node_ref();
     // The reader's last check, and the knobs it was made for (a change of the page's state

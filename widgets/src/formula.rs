@@ -32,7 +32,7 @@ fn symbols(text: &str) -> Html {
 /// The formula widget, as a hook of the one widget component ([`crate::Widget`]).
 #[hook]
 pub fn use_formula(init: &Init) -> Html {
-    let (k, _) = use_knobs(init);
+    let (k, _) = use_knobs(init, false);
     let root = use_live_marker();
     let q = init.option("quantity").unwrap_or("peak");
     let text = match k.scenario().and_then(|s| k.estimate().map(|e| (s, e))) {

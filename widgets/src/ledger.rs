@@ -23,7 +23,7 @@ fn mib(b: f64) -> String {
 /// The ledger widget, as a hook of the one widget component ([`crate::Widget`]).
 #[hook]
 pub fn use_ledger(init: &Init) -> Html {
-    let (k, _) = use_knobs(init);
+    let (k, _) = use_knobs(init, false);
     let root = use_live_marker();
     let loss = init.option("of") == Some("loss");
     let sub = format!(

@@ -344,16 +344,16 @@ pub fn host_html(init: &Init) -> Result<String, String> {
 /// (Yew empties the host and renders into it within the same task: nothing is painted in
 /// between).
 /// The page's script (loader.js) says where a widget's host is: near the screen or not
-/// ([`store::set_near`]); no widget named (`""`), that the knobs have rested, and the URL
-/// is to carry them now ([`store::url::flush`]).
+/// ([`store::set_near`]); no widget named (`""`), that the knobs have rested: the URL is to
+/// carry them now ([`store::url::flush`]), and the parts of widgets that wait for the knobs
+/// to rest are told.
 #[cfg(target_arch = "wasm32")]
 #[wasm_bindgen::prelude::wasm_bindgen]
 pub fn near(uid: &str, near: bool) {
     if uid.is_empty() {
         store::url::flush();
-    } else {
-        store::set_near(uid, near);
     }
+    store::set_near(uid, near);
 }
 
 #[cfg(target_arch = "wasm32")]

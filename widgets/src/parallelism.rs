@@ -282,7 +282,10 @@ const HEADS: [&str; 8] = [
 /// The parallelism widget, as a hook of the one widget component ([`crate::Widget`]).
 #[hook]
 pub fn use_parallelism(init: &Init) -> Html {
-    let (k, set) = use_knobs(init);
+    let (k, set) = use_knobs(init, false);
+    // The planner weighs some 1,600 layouts: it follows the knobs once they rest, so that
+    // a change moves the rest of the panel within the frame.
+    let (kp, _) = use_knobs(init, !init.local);
     let root = use_live_marker();
     let (svg_ref, w) = use_width();
     // What became of the last paste, as the page says it ("Applied: …" or "Not applied: …").
@@ -295,7 +298,10 @@ pub fn use_parallelism(init: &Init) -> Html {
         Ok(x) => x,
         Err(err) => return crate::chart::refused("parallelism", root, err),
     };
-    let plan: Rc<Option<Plan>> = use_memo(k.clone(), |k| {
+    let kp = if init.local { k.clone() } else { kp };
+    // Until then the table is the last plan's.
+    let stale = (kp != k).then_some("true");
+    let plan: Rc<Option<Plan>> = use_memo(kp, |k| {
         k.scenario()
             .ok()
             .and_then(|s| request(k, &s))
@@ -465,7 +471,7 @@ pub fn use_parallelism(init: &Init) -> Html {
                     let (k, try_set, c) = (k.clone(), try_set.clone(), c.clone());
                     Callback::from(move |_: MouseEvent| try_set.emit(with_layout(&k, &c)))
                 };
-                let current = with_layout(&k, c).scenario().ok() == k.scenario().ok();
+                let current = with_layout(&k, c).scenario().ok().as_ref() == Some(&s);
                 let zero = if framework == "fsdp" {
                     zero_labels[l.zero as usize].1.to_string()
                 } else {
@@ -594,7 +600,7 @@ pub fn use_parallelism(init: &Init) -> Html {
             // elements (Yew matches unkeyed children from the end), which would take the focus
             // and the paste box's text.
             <div class="gm-notes">{ for e.notes.iter().map(|m| html! { <p class="gm-note">{ m.clone() }</p> }) }</div>
-            <div class="gm-scroll"><table class="gm-table gm-plan">
+            <div class="gm-scroll"><table class="gm-table gm-plan" aria-busy={stale}>
                 <caption>{ plan_caption }</caption>
                 // A header that never changes, as one string.
                 // (Elements, not a raw string: a raw `<tr>` is parsed outside any table, and

@@ -172,7 +172,7 @@ fn bytes_per(d: Option<DType>) -> String {
 /// The precision widget, as a hook of the one widget component ([`crate::Widget`]).
 #[hook]
 pub fn use_precision(init: &Init) -> Html {
-    let (k, set) = use_knobs(init);
+    let (k, set) = use_knobs(init, false);
     let root = use_live_marker();
     let (title_id, summary_id) = (init.id("title"), init.id("summary"));
     let (try_set, refused) = use_checked_set(set.clone());

@@ -217,7 +217,7 @@ fn button_use(out: &mut String, with: &str, what: &str) {
 /// The remedies widget, as a hook of the one widget component ([`crate::Widget`]).
 #[hook]
 pub fn use_remedies(init: &Init) -> Html {
-    let (k, set) = use_knobs(init);
+    let (k, set) = use_knobs(init, false);
     let root = use_live_marker();
     // The planner's answer for the knobs it was asked with, as the list shows it.
     let plan = use_state(|| None::<(Knobs, String)>);

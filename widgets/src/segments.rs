@@ -53,7 +53,7 @@ pub fn layout(segments: &[Segment], w: f64) -> Vec<(f64, f64, f64, bool, bool)> 
 
 #[component]
 pub fn Segments(init: &Init) -> Html {
-    let (k, _) = use_knobs(init);
+    let (k, _) = use_knobs(init, false);
     let root = use_live_marker();
     let (svg_ref, w) = use_width();
     let (title_id, summary_id) = (init.id("title"), init.id("summary"));

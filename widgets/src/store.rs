@@ -78,7 +78,9 @@ impl Drop for Subscription {
 }
 
 /// Join a chapter's widgets as the widget `uid`: the first widget's knobs become the
-/// chapter's. Returns the chapter's knobs now.
+/// chapter's. Returns the chapter's knobs now. A subscriber with no uid (`""`) is told of
+/// changes only once the knobs rest (`set_near("", false)`): a costly part of a widget, such
+/// as the 5D panel's planner, that need not follow a slider frame by frame.
 pub fn join(
     page: &str,
     uid: &str,
@@ -95,7 +97,7 @@ pub fn join(
             id,
             uid: uid.to_string(),
             on_change,
-            near: true,
+            near: !uid.is_empty(),
             pending: None,
         });
         (current, Subscription(id))
@@ -629,5 +631,37 @@ mod tests {
         assert_eq!(far.borrow().as_slice(), [k2, k3.clone()]);
         assert_eq!(near.borrow().last(), Some(&k3));
         drop((sub_n, sub_f));
+    }
+
+    /// The 5D panel's planner waits for the knobs to rest, on screen too: a slider moves the
+    /// rest of the panel frame by frame, and the plan follows once the reader stops (the
+    /// page's script says so: `near("", false)`).
+    #[test]
+    fn a_part_that_waits_for_rest_is_told_once_the_knobs_rest() {
+        let log = |seen: &Rc<RefCell<Vec<Knobs>>>| {
+            let seen = seen.clone();
+            Callback::from(move |k: Knobs| seen.borrow_mut().push(k))
+        };
+        let (now, later) = (
+            Rc::new(RefCell::new(Vec::new())),
+            Rc::new(RefCell::new(Vec::new())),
+        );
+        let k0 = Knobs::default().with("batch", "1");
+        let (_, sub_a) = join("rest", "rest-1", &k0, log(&now));
+        let (_, sub_b) = join("rest", "", &k0, log(&later));
+        let (k1, k2) = (k0.with("batch", "2"), k0.with("batch", "3"));
+        publish("rest", k1.clone());
+        publish("rest", k2.clone());
+        assert_eq!(now.borrow().as_slice(), [k1, k2.clone()]);
+        assert!(later.borrow().is_empty(), "told only once the knobs rest");
+        // The widget's host leaving and coming back on screen does not tell it.
+        set_near("rest-1", false);
+        set_near("rest-1", true);
+        assert!(later.borrow().is_empty());
+        set_near("", false);
+        set_near("", false);
+        assert_eq!(later.borrow().as_slice(), std::slice::from_ref(&k2));
+        assert_eq!(now.borrow().len(), 2, "the others were told already");
+        drop((sub_a, sub_b));
     }
 }

@@ -194,7 +194,7 @@ fn lin_ticks(lo: u64, hi: u64, max: usize, tokens: bool) -> Vec<u64> {
 /// The sweep widget, as a hook of the one widget component ([`crate::Widget`]).
 #[hook]
 pub fn use_sweep(init: &Init) -> Html {
-    let (k, set) = use_knobs(init);
+    let (k, set) = use_knobs(init, false);
     let root = use_live_marker();
     let (svg_ref, w) = use_width();
     let (try_set, refused_msg) = use_checked_set(set);

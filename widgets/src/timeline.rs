@@ -357,7 +357,7 @@ fn title_of(t: Option<web_sys::EventTarget>) -> Option<String> {
 /// The timeline widget, as a hook of the one widget component ([`crate::Widget`]).
 #[hook]
 pub fn use_timeline(init: &Init) -> Html {
-    let (k, _) = use_knobs(init);
+    let (k, _) = use_knobs(init, false);
     let root = use_live_marker();
     let (svg_ref, w) = use_width();
     // What the readout says of the point hovered or focused, for the knobs it was drawn for

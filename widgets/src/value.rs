@@ -9,7 +9,7 @@ use crate::Init;
 /// The value widget, as a hook of the one widget component ([`crate::Widget`]).
 #[hook]
 pub fn use_value(init: &Init) -> Html {
-    let (k, _) = use_knobs(init);
+    let (k, _) = use_knobs(init, false);
     let root = use_live_marker();
     let q = init.option("quantity").unwrap_or("peak");
     let format = init.option("format").unwrap_or("gib");

@@ -102,7 +102,7 @@ fn stage_name(s: u8) -> &'static str {
 /// The zero widget, as a hook of the one widget component ([`crate::Widget`]).
 #[hook]
 pub fn use_zero(init: &Init) -> Html {
-    let (k, set) = use_knobs(init);
+    let (k, set) = use_knobs(init, false);
     let root = use_live_marker();
     let (svg_ref, w) = use_width();
     let toolbar = use_toolbar(init, settings(&k));
