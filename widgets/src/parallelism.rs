@@ -283,8 +283,8 @@ const HEADS: [&str; 8] = [
 #[hook]
 pub fn use_parallelism(init: &Init) -> Html {
     let (k, set) = use_knobs(init, false);
-    // The planner weighs every layout (1,644 at the chapter's): it follows the knobs once they rest, so that
-    // a change moves the rest of the panel within the frame.
+    // The planner weighs every layout (1,644 at the chapter's): it follows the knobs once
+    // they rest, so that a change moves the rest of the panel within the frame.
     let (kp, _) = use_knobs(init, !init.local);
     let root = use_live_marker();
     let (svg_ref, w) = use_width();
