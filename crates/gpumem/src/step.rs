@@ -864,6 +864,8 @@ impl PipeOps {
     }
 
     pub(crate) fn get(&self, i: usize) -> PipeOp {
+        #[cfg(test)]
+        tests::LOOKED.with(|n| n.set(n.get() + 1));
         let (i, w, n) = (i as u64, self.warm, self.n);
         let b = |t| PipeOp::B(self.v as usize - 1 - self.chunk(t));
         if i < w {
@@ -1715,4 +1717,205 @@ pub(crate) fn fsdp2(
         w(Phase::OptimizerStep, OPTIMIZER),
     ));
     p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    thread_local! {
+        /// Ops looked at ([`PipeOps::get`]): composed one by one, or compared.
+        pub(super) static LOOKED: Cell<u64> = const { Cell::new(0) };
+    }
+
+    /// The ops as torch's schedules list them, one by one.
+    fn listed(schedule: PipeSchedule, pp: u64, r: u64, m: u64, v: u64) -> Vec<PipeOp> {
+        let mut ops = Vec::new();
+        if v == 1 {
+            let k = match schedule {
+                PipeSchedule::GPipe => m,
+                PipeSchedule::OneFOneB => (pp - r).min(m),
+            };
+            ops.extend((0..k).map(|_| PipeOp::F(0)));
+            ops.push(PipeOp::B(0));
+            for _ in k..m {
+                ops.extend([PipeOp::F(0), PipeOp::B(0)]);
+            }
+            ops.extend((1..k).map(|_| PipeOp::B(0)));
+            return ops;
+        }
+        let rounds = (m / pp).max(1);
+        let per_round = (m / rounds).max(1);
+        let warmup = ((v - 1) * per_round + 2 * (pp - 1 - r)).min(m * v);
+        let fwd = |op: u64| PipeOp::F(((op / per_round) % v) as usize);
+        let bwd = |op: u64| PipeOp::B((v - 1 - ((op - warmup) / per_round) % v) as usize);
+        ops.extend((0..warmup).map(fwd));
+        for op in warmup..m * v {
+            ops.extend([fwd(op), bwd(op)]);
+        }
+        ops.extend((m * v..m * v + warmup).map(bwd));
+        ops
+    }
+
+    /// The closed form is the list op for op: each op, how many of each came before it, the
+    /// first backward, the cool-down, and every run of one op or one pair (as long as
+    /// comparing op by op finds it).
+    #[test]
+    fn pipe_ops_are_the_schedules_list() {
+        let schedules = [
+            (PipeSchedule::GPipe, 1),
+            (PipeSchedule::OneFOneB, 1),
+            (PipeSchedule::OneFOneB, 2),
+            (PipeSchedule::OneFOneB, 3),
+            (PipeSchedule::OneFOneB, 4),
+        ];
+        for (schedule, v) in schedules {
+            for pp in 2..=8 {
+                for r in [0, 1, pp / 2, pp - 1] {
+                    for m in (1..=2 * pp + 3).chain([3 * pp, 4 * pp + 1]) {
+                        let ops = PipeOps::new(schedule, pp, r, m, v);
+                        let list = listed(schedule, pp, r, m, v);
+                        let case = format!("{schedule:?} pp {pp} r {r} m {m} v {v}");
+                        assert_eq!(ops.len(), list.len(), "{case}");
+                        let first_b = list.iter().position(|o| matches!(o, PipeOp::B(_)));
+                        assert_eq!(Some(ops.first_b()), first_b, "{case}");
+                        let cooldown = list
+                            .iter()
+                            .rev()
+                            .take_while(|o| matches!(o, PipeOp::B(_)))
+                            .count();
+                        assert_eq!(cooldown, ops.first_b(), "{case}");
+                        let kinds: Vec<PipeOp> = (0..v as usize)
+                            .flat_map(|c| [PipeOp::F(c), PipeOp::B(c)])
+                            .collect();
+                        for i in 0..=list.len() {
+                            for &op in &kinds {
+                                let want = list[..i].iter().filter(|o| **o == op).count();
+                                assert_eq!(ops.count(op, i), want as u64, "{case} {op:?} {i}");
+                            }
+                            if i == list.len() {
+                                break;
+                            }
+                            assert_eq!(ops.get(i), list[i], "{case} op {i}");
+                            for unit in 1..=2 {
+                                for limit in
+                                    [i + 1, i + 3, i + ops.period, ops.first_b(), list.len()]
+                                {
+                                    let limit = limit.min(list.len());
+                                    let mut n = 1;
+                                    while i + (n + 1) * unit <= limit
+                                        && list[i + n * unit..i + (n + 1) * unit]
+                                            == list[i..i + unit]
+                                    {
+                                        n += 1;
+                                    }
+                                    if limit > i {
+                                        assert_eq!(
+                                            ops.run(i, unit, limit),
+                                            n,
+                                            "{case} run from {i}, unit {unit}, to {limit}"
+                                        );
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// A pipeline's step costs the same however many micro-batches: composed for 2^20
+    /// micro-batches (the most a scenario takes), it looks at exactly as many ops as for
+    /// 2^10, and comes to the closed form's figures (one chunk: [`pipeline_stage`]) or,
+    /// interleaved, to the same peak as 2^10 micro-batches.
+    #[test]
+    fn a_pipelines_cost_does_not_grow_with_its_micro_batches() {
+        let chunk = |c: f64| Chunk {
+            f: Seg {
+                delta: Bytes::of(Cat::Activations, 10.0 * c),
+                peak: Bytes::of(Cat::Activations, 10.0 * c + 3.0),
+                at: at(Phase::FwdLayer),
+            },
+            b_new: Seg {
+                delta: Bytes::of(Cat::Activations, -10.0 * c).plus(Bytes::of(Cat::Gradients, 7.0)),
+                peak: Bytes::of(Cat::Temporaries, 5.0),
+                at: at(Phase::BwdLayer),
+            },
+            b_acc: Seg {
+                delta: Bytes::of(Cat::Activations, -10.0 * c),
+                peak: Bytes::of(Cat::Temporaries, 5.0),
+                at: at(Phase::BwdLayer),
+            },
+        };
+        let chunks: Vec<Chunk> = (1..=4).map(|c| chunk(c as f64)).collect();
+        let run = |schedule, pp: u64, r, m, v: u64| {
+            LOOKED.with(|n| n.set(0));
+            let ops = PipeOps::new(schedule, pp, r, m, v);
+            let p = pipeline_loop(&chunks[..v as usize], &[], &ops, m, 0.0);
+            (p.seg, LOOKED.with(Cell::get))
+        };
+        for (schedule, v) in [
+            (PipeSchedule::GPipe, 1),
+            (PipeSchedule::OneFOneB, 1),
+            (PipeSchedule::OneFOneB, 2),
+            (PipeSchedule::OneFOneB, 4),
+        ] {
+            for pp in [2, 4, 8] {
+                for r in 0..pp {
+                    let (few, looked_few) = run(schedule, pp, r, 1 << 10, v);
+                    let (many, looked) = run(schedule, pp, r, 1 << 20, v);
+                    let case = format!("{schedule:?} pp {pp} r {r} v {v}");
+                    assert_eq!(looked, looked_few, "{case}");
+                    assert!(looked < 100 * pp * v, "{case}: {looked} ops looked at");
+                    assert_eq!(many.at.micro_batches, 1 << 20, "{case}");
+                    if v == 1 {
+                        let closed = pipeline_stage(&chunks[0], schedule, pp - 1 - r, 1 << 20, 0.0);
+                        assert_eq!(
+                            (many.peak, many.delta),
+                            (closed.seg.peak, closed.seg.delta),
+                            "{case}"
+                        );
+                    } else {
+                        assert_eq!((many.peak, many.delta), (few.peak, few.delta), "{case}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Under FSDP2 too (units gathered and resharded as the schedule asks, gradients reduced
+    /// on each chunk's last backward), through the estimate: with 2^20 micro-batches the
+    /// stages' steps look at as many ops as with 2^10, and each stage's peak grows from 2^10
+    /// to 2^20 exactly 1023 times what it grows from 2^10 to 2^11 (the receive buffers
+    /// torch's stages make for every micro-batch).
+    #[test]
+    fn fsdp_pipelines_take_the_most_micro_batches_at_the_same_cost() {
+        let interleaved =
+            |v: u64| serde_json::json!({"schedule": "interleaved", "virtual_stages": v});
+        for schedule in [serde_json::json!({}), interleaved(2), interleaved(4)] {
+            let est = |m: u64| {
+                let mut par =
+                    serde_json::json!({"dp": 2, "pp": 4, "fsdp": "full_shard", "grad_accum": m});
+                par.as_object_mut()
+                    .unwrap()
+                    .extend(schedule.as_object().unwrap().clone());
+                let s = crate::Scenario::from_value(&serde_json::json!({
+                    "model": "llama3.2-1b", "seq": 256, "parallel": par
+                }))
+                .unwrap();
+                LOOKED.with(|n| n.set(0));
+                let e = crate::estimate(&s).unwrap();
+                let peaks: Vec<u64> = e.stages.iter().map(|s| s.peak_bytes).collect();
+                (peaks, LOOKED.with(Cell::get))
+            };
+            let ((a, looked_a), (b, _), (c, looked_c)) = (est(1 << 10), est(1 << 11), est(1 << 20));
+            assert_eq!(looked_c, looked_a, "{schedule}");
+            assert!(looked_c > 0, "{schedule}");
+            for i in 0..4 {
+                assert_eq!(c[i] - a[i], 1023 * (b[i] - a[i]), "{schedule}: stage {i}");
+            }
+        }
+    }
 }
