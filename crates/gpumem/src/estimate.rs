@@ -1262,14 +1262,10 @@ fn rank_step(
             Vec::new()
         };
         let (prog, k) = if fsdp || v > 1 {
-            let (ops, period) = step::pipe_ops(schedule, pp, r, m, v);
+            let ops = step::PipeOps::new(schedule, pp, r, m, v);
             // Micro-batches of activations in flight at the first backward.
-            let before_first_b = ops
-                .iter()
-                .position(|o| matches!(o, step::PipeOp::B(_)))
-                .unwrap_or(ops.len());
-            let k = (before_first_b as f64 / v as f64).max(1.0);
-            let prog = step::pipeline_loop(&chunks, &fsdp_chunks, &ops, period, m, opt_temp);
+            let k = (ops.first_b() as f64 / v as f64).max(1.0);
+            let prog = step::pipeline_loop(&chunks, &fsdp_chunks, &ops, m, opt_temp);
             (prog, k)
         } else {
             let k = match schedule {

@@ -807,48 +807,114 @@ pub(crate) enum PipeOp {
 /// `ScheduleInterleaved1F1B` (`_get_warmup_ops` and `_get_1f1b_rank_ops`: warm-up forwards
 /// through the chunks a round of micro-batches at a time, then one forward and one
 /// backward, then the remaining backwards; local chunk j is virtual stage j·pp + r).
-/// Also returns the length of the steady phase's period (a round of micro-batches through
-/// every chunk, in ops).
-pub(crate) fn pipe_ops(
-    schedule: PipeSchedule,
-    pp: u64,
-    r: u64,
-    m: u64,
+///
+/// In closed form, of a size that does not grow with `m`: of the `n = m·v` forwards and
+/// `n` backwards, `warm` forwards, then `n − warm` pairs of one forward and one backward,
+/// then the remaining `warm` backwards; the t-th forward is on chunk ⌊t / round⌋ mod v, the
+/// t-th backward on that chunk counted from the last.
+pub(crate) struct PipeOps {
+    n: u64,
+    warm: u64,
+    round: u64,
     v: u64,
-) -> (Vec<PipeOp>, usize) {
-    let mut ops = Vec::with_capacity((2 * m * v) as usize);
-    if v == 1 {
-        let k = match schedule {
-            PipeSchedule::GPipe => m,
-            PipeSchedule::OneFOneB => (pp - r).min(m),
-        };
-        // k warm-up forwards, then the first backward, one forward and one backward at a
-        // time, and the remaining backwards.
-        ops.extend((0..k).map(|_| PipeOp::F(0)));
-        ops.push(PipeOp::B(0));
-        for _ in k..m {
-            ops.push(PipeOp::F(0));
-            ops.push(PipeOp::B(0));
+    /// The steady phase's period, in ops (a round of micro-batches through every chunk).
+    pub period: usize,
+}
+
+impl PipeOps {
+    pub(crate) fn new(schedule: PipeSchedule, pp: u64, r: u64, m: u64, v: u64) -> PipeOps {
+        if v == 1 {
+            // k warm-up forwards, then the first backward, one forward and one backward at
+            // a time, and the remaining backwards: k − 1 forwards before the pairs.
+            let k = match schedule {
+                PipeSchedule::GPipe => m,
+                PipeSchedule::OneFOneB => (pp - r).min(m),
+            };
+            return PipeOps {
+                n: m,
+                warm: k.saturating_sub(1),
+                round: m.max(1),
+                v,
+                period: 2,
+            };
         }
-        ops.extend((1..k).map(|_| PipeOp::B(0)));
-        return (ops, 2);
+        let rounds = (m / pp).max(1);
+        let round = (m / rounds).max(1);
+        PipeOps {
+            n: m * v,
+            warm: ((v - 1) * round + 2 * (pp - 1 - r)).min(m * v),
+            round,
+            v,
+            period: (2 * round * v) as usize,
+        }
     }
-    let rounds = (m / pp).max(1);
-    let per_round = (m / rounds).max(1);
-    let warmup = ((v - 1) * per_round + 2 * (pp - 1 - r)).min(m * v);
-    let fwd = |op: u64| PipeOp::F(((op / per_round) % v) as usize);
-    let bwd = |op: u64| PipeOp::B((v - 1 - ((op - warmup) / per_round) % v) as usize);
-    for op in 0..warmup {
-        ops.push(fwd(op));
+
+    /// How many ops the rank runs.
+    pub(crate) fn len(&self) -> usize {
+        (2 * self.n) as usize
     }
-    for op in warmup..m * v {
-        ops.push(fwd(op));
-        ops.push(bwd(op));
+
+    /// The ops before the first backward (as many backwards end the step).
+    pub(crate) fn first_b(&self) -> usize {
+        (self.warm + u64::from(self.warm < self.n)) as usize
     }
-    for op in m * v..m * v + warmup {
-        ops.push(bwd(op));
+
+    fn chunk(&self, t: u64) -> usize {
+        (t / self.round % self.v) as usize
     }
-    (ops, (2 * per_round * v) as usize)
+
+    pub(crate) fn get(&self, i: usize) -> PipeOp {
+        #[cfg(test)]
+        tests::LOOKED.with(|n| n.set(n.get() + 1));
+        let (i, w, n) = (i as u64, self.warm, self.n);
+        let b = |t| PipeOp::B(self.v as usize - 1 - self.chunk(t));
+        if i < w {
+            PipeOp::F(self.chunk(i))
+        } else if i >= 2 * n - w {
+            b(i - n)
+        } else if (i - w) % 2 == 0 {
+            PipeOp::F(self.chunk(w + (i - w) / 2))
+        } else {
+            b((i - w) / 2)
+        }
+    }
+
+    /// How many of the first `i` ops are `op`.
+    pub(crate) fn count(&self, op: PipeOp, i: usize) -> u64 {
+        let (i, w, n, p) = (i as u64, self.warm, self.n, self.round);
+        // The forwards (backwards) among them, and the chunk counted as they count it.
+        let (t, c) = match op {
+            PipeOp::F(c) => (i.min(w) + i.saturating_sub(w).div_ceil(2).min(n - w), c),
+            PipeOp::B(c) => (
+                (i.saturating_sub(w) / 2).min(n - w) + i.saturating_sub(2 * n - w),
+                self.v as usize - 1 - c,
+            ),
+        };
+        let cycle = p * self.v;
+        t / cycle * p + (t % cycle).saturating_sub(c as u64 * p).min(p)
+    }
+
+    /// How many times ops `i .. i + unit` come in a row from `i`, up to op `limit`: compared
+    /// op by op only where the pattern may change (a new phase, or a chunk's round over).
+    pub(crate) fn run(&self, i: usize, unit: usize, limit: usize) -> usize {
+        let (w, n, p) = (self.warm, self.n, self.round);
+        let next = |t: u64| (t / p + 1) * p;
+        let mut x = i + unit;
+        while x < limit && self.get(x) == self.get(x - unit) {
+            // Where the stretch of op x − unit ends (one op repeated, or one pair).
+            let y = (x - unit) as u64;
+            let end = if y < w {
+                next(y).min(w)
+            } else if y < 2 * n - w {
+                let t = (y - w) / 2;
+                w + 2 * next(t).min(next(w + t) - w).min(n - w)
+            } else {
+                n + next(y - n).min(n)
+            } as usize;
+            x = if end > x { end.min(limit) } else { x + 1 };
+        }
+        (x - i) / unit
+    }
 }
 
 /// A chunk under FSDP2 in a pipeline: its units over the stretches replayed with new and
@@ -864,37 +930,33 @@ pub(crate) struct FsdpChunk<'a> {
 /// reduce-scattered and units resharded after backward only on each chunk's last
 /// micro-batch).
 ///
-/// The steady phase repeats itself: once a period of ops (`period` ops, a round of
+/// The steady phase repeats itself: once a period of ops (`ops.period` ops, a round of
 /// micro-batches through every chunk) composes to the same segment as the one before and
 /// leaves the same unit states, the periods up to the last one are that segment repeated,
-/// in closed form.
+/// in closed form. An op's micro-batch is counted from its place in the ops, so that what
+/// is skipped costs nothing, however many micro-batches.
 pub(crate) fn pipeline_loop(
     chunks: &[Chunk],
     fsdp: &[FsdpChunk<'_>],
-    ops: &[PipeOp],
-    period: usize,
+    ops: &PipeOps,
     m: u64,
     opt_temp: f64,
 ) -> Program {
+    let period = ops.period;
     let n = chunks.len().max(fsdp.len());
     let mut p = Program::new();
     let mut started = vec![false; n];
-    let mut counts = vec![0u64; 2 * n];
-    let (fwd_mb, bwd_mb) = counts.split_at_mut(n);
     let mut state = vec![FsdpState::SHARDED; n];
     // FSDP segments depend only on the chunk, the op and the states: made once each.
     type Key = (usize, bool, FsdpState, bool, bool);
     let mut memo: Vec<(Key, Seg, FsdpState)> = Vec::new();
-    // Appends the segment of `op` (in its micro-batch) to `x`.
-    let mut seg_for = |op: PipeOp,
-                       x: &mut Seg,
-                       started: &mut [bool],
-                       fwd_mb: &mut [u64],
-                       bwd_mb: &mut [u64],
-                       state: &mut [FsdpState]| {
-        let push = |x: &mut Seg, s: &Seg, i: u64| {
+    // Appends the segment of op `j` (in its micro-batch) to `x`.
+    let mut seg_for = |j: usize, x: &mut Seg, started: &mut [bool], state: &mut [FsdpState]| {
+        let op = ops.get(j);
+        let mb = ops.count(op, j + 1);
+        let push = |x: &mut Seg, s: &Seg| {
             let at = Where {
-                micro_batch: i as u32,
+                micro_batch: mb as u32,
                 micro_batches: m as u32,
                 ..s.at
             };
@@ -902,7 +964,6 @@ pub(crate) fn pipeline_loop(
         };
         match op {
             PipeOp::F(c) => {
-                fwd_mb[c] += 1;
                 let s = if let Some(fc) = fsdp.get(c) {
                     let key = (c, true, state[c], false, false);
                     let i = match memo.iter().position(|x| x.0 == key) {
@@ -920,14 +981,13 @@ pub(crate) fn pipeline_loop(
                 } else {
                     &chunks[c].f
                 };
-                push(x, s, fwd_mb[c]);
+                push(x, s);
             }
             PipeOp::B(c) => {
-                bwd_mb[c] += 1;
                 let after_first = started[c];
                 started[c] = true;
                 let s = if let Some(fc) = fsdp.get(c) {
-                    let sync = bwd_mb[c] == m;
+                    let sync = mb == m;
                     let key = (c, false, state[c], sync, after_first);
                     let i = match memo.iter().position(|x| x.0 == key) {
                         Some(i) => i,
@@ -956,7 +1016,7 @@ pub(crate) fn pipeline_loop(
                 } else {
                     &chunks[c].b_new
                 };
-                push(x, s, bwd_mb[c]);
+                push(x, s);
             }
         }
     };
@@ -968,54 +1028,45 @@ pub(crate) fn pipeline_loop(
                        limit: usize,
                        acc: &mut Seg,
                        started: &mut [bool],
-                       fwd_mb: &mut [u64],
-                       bwd_mb: &mut [u64],
                        state: &mut [FsdpState]|
      -> usize {
-        let unit = if i + 1 < limit && ops[i + 1] == ops[i] {
-            1
-        } else if i + 3 < limit && ops[i + 2] == ops[i] && ops[i + 3] == ops[i + 1] {
+        let op = |j| ops.get(j);
+        let unit = if i + 3 < limit
+            && op(i + 1) != op(i)
+            && op(i + 2) == op(i)
+            && op(i + 3) == op(i + 1)
+        {
             2
         } else {
             1
         };
-        let mut n = 1;
-        while i + (n + 1) * unit <= limit
-            && ops[i + n * unit..i + (n + 1) * unit] == ops[i..i + unit]
-        {
-            n += 1;
-        }
-        let mut one = |k: usize,
-                       started: &mut [bool],
-                       fwd_mb: &mut [u64],
-                       bwd_mb: &mut [u64],
-                       state: &mut [FsdpState]|
-         -> Seg {
+        let n = ops.run(i, unit, limit);
+        let mut one = |k: usize, started: &mut [bool], state: &mut [FsdpState]| -> Seg {
             let mut x = Seg::default();
-            for op in &ops[i + k * unit..i + (k + 1) * unit] {
-                seg_for(*op, &mut x, started, fwd_mb, bwd_mb, state);
+            for j in i + k * unit..i + (k + 1) * unit {
+                seg_for(j, &mut x, started, state);
             }
             x
         };
-        acc.push(&one(0, started, fwd_mb, bwd_mb, state));
+        acc.push(&one(0, started, state));
         if n == 1 {
             return i + unit;
         }
         snap_state.copy_from_slice(state);
         snap_started.copy_from_slice(started);
-        let second = one(1, started, fwd_mb, bwd_mb, state);
+        let second = one(1, started, state);
         acc.push(&second);
         // Units 3 … n−1 repeat the second when it changed no state and no backward among them
         // is a chunk's last (which reduce-scatters under FSDP).
         let stable = snap_state[..] == state[..] && snap_started[..] == started[..];
         let mut middle = n.saturating_sub(3) as u64;
         if !fsdp.is_empty() {
-            for op in &ops[i..i + unit] {
-                if let PipeOp::B(c) = *op {
-                    let k = ops[i..i + unit].iter().filter(|o| **o == *op).count() as u64;
-                    // bwd_mb[c] + k·(units repeated) must stay below m.
-                    let room = (m.saturating_sub(1).saturating_sub(bwd_mb[c])) / k;
-                    middle = middle.min(room);
+            // (The ops of a unit are different ops.)
+            for j in i..i + unit {
+                if let PipeOp::B(_) = op(j) {
+                    // Its backwards so far + the units repeated must stay below m.
+                    let done = ops.count(op(j), i + 2 * unit);
+                    middle = middle.min(m.saturating_sub(1).saturating_sub(done));
                 }
             }
         }
@@ -1023,31 +1074,18 @@ pub(crate) fn pipeline_loop(
             let mut r = second.repeat(middle);
             r.at = second.at;
             acc.push(&r);
-            for op in &ops[i + 2 * unit..i + (2 + middle as usize) * unit] {
-                match *op {
-                    PipeOp::F(c) => fwd_mb[c] += 1,
-                    PipeOp::B(c) => bwd_mb[c] += 1,
-                }
-            }
         } else {
             middle = 0;
         }
         for k in (2 + middle as usize)..n {
-            acc.push(&one(k, started, fwd_mb, bwd_mb, state));
+            acc.push(&one(k, started, state));
         }
         i + n * unit
     };
-    let first_b = ops
-        .iter()
-        .position(|o| matches!(o, PipeOp::B(_)))
-        .unwrap_or(ops.len());
-    // The steady phase: alternating forwards and backwards, up to the cool-down.
-    let cooldown = ops
-        .iter()
-        .rev()
-        .take_while(|o| matches!(o, PipeOp::B(_)))
-        .count();
-    let steady_end = ops.len() - cooldown.min(ops.len() - first_b);
+    let first_b = ops.first_b();
+    // The steady phase: alternating forwards and backwards, up to the cool-down (as many
+    // backwards as there are forwards before the first backward).
+    let steady_end = ops.len() - first_b;
     let mut i = 0;
     // The last period composed, and the states it left.
     let mut previous: Option<Seg> = None;
@@ -1057,11 +1095,11 @@ pub(crate) fn pipeline_loop(
             p.point("forward: micro-batches in flight");
         }
         let in_steady = i >= first_b && i + period <= steady_end && period > 0;
-        if in_steady && (i - first_b) % period == 0 {
+        if in_steady && (i - first_b).is_multiple_of(period) {
             let mut seg = Seg::default();
             let end = i + period;
             while i < end {
-                i = compose(i, end, &mut seg, &mut started, fwd_mb, bwd_mb, &mut state);
+                i = compose(i, end, &mut seg, &mut started, &mut state);
             }
             // Skip whole periods that would compose the same, keeping the last one.
             if let Some(prev) = &previous {
@@ -1075,13 +1113,6 @@ pub(crate) fn pipeline_loop(
                     r.at = seg.at;
                     p.then(r);
                     i += skip * period;
-                    // Micro-batch counters move on as the skipped ops would have.
-                    for op in &ops[i - skip * period..i] {
-                        match *op {
-                            PipeOp::F(c) => fwd_mb[c] += 1,
-                            PipeOp::B(c) => bwd_mb[c] += 1,
-                        }
-                    }
                     previous = None;
                     continue;
                 }
@@ -1102,7 +1133,7 @@ pub(crate) fn pipeline_loop(
             ops.len()
         };
         let mut seg = Seg::default();
-        i = compose(i, limit, &mut seg, &mut started, fwd_mb, bwd_mb, &mut state);
+        i = compose(i, limit, &mut seg, &mut started, &mut state);
         p.then(seg);
     }
     p.point("after backward");
@@ -1686,4 +1717,205 @@ pub(crate) fn fsdp2(
         w(Phase::OptimizerStep, OPTIMIZER),
     ));
     p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    thread_local! {
+        /// Ops looked at ([`PipeOps::get`]): composed one by one, or compared.
+        pub(super) static LOOKED: Cell<u64> = const { Cell::new(0) };
+    }
+
+    /// The ops as torch's schedules list them, one by one.
+    fn listed(schedule: PipeSchedule, pp: u64, r: u64, m: u64, v: u64) -> Vec<PipeOp> {
+        let mut ops = Vec::new();
+        if v == 1 {
+            let k = match schedule {
+                PipeSchedule::GPipe => m,
+                PipeSchedule::OneFOneB => (pp - r).min(m),
+            };
+            ops.extend((0..k).map(|_| PipeOp::F(0)));
+            ops.push(PipeOp::B(0));
+            for _ in k..m {
+                ops.extend([PipeOp::F(0), PipeOp::B(0)]);
+            }
+            ops.extend((1..k).map(|_| PipeOp::B(0)));
+            return ops;
+        }
+        let rounds = (m / pp).max(1);
+        let per_round = (m / rounds).max(1);
+        let warmup = ((v - 1) * per_round + 2 * (pp - 1 - r)).min(m * v);
+        let fwd = |op: u64| PipeOp::F(((op / per_round) % v) as usize);
+        let bwd = |op: u64| PipeOp::B((v - 1 - ((op - warmup) / per_round) % v) as usize);
+        ops.extend((0..warmup).map(fwd));
+        for op in warmup..m * v {
+            ops.extend([fwd(op), bwd(op)]);
+        }
+        ops.extend((m * v..m * v + warmup).map(bwd));
+        ops
+    }
+
+    /// The closed form is the list op for op: each op, how many of each came before it, the
+    /// first backward, the cool-down, and every run of one op or one pair (as long as
+    /// comparing op by op finds it).
+    #[test]
+    fn pipe_ops_are_the_schedules_list() {
+        let schedules = [
+            (PipeSchedule::GPipe, 1),
+            (PipeSchedule::OneFOneB, 1),
+            (PipeSchedule::OneFOneB, 2),
+            (PipeSchedule::OneFOneB, 3),
+            (PipeSchedule::OneFOneB, 4),
+        ];
+        for (schedule, v) in schedules {
+            for pp in 2..=8 {
+                for r in [0, 1, pp / 2, pp - 1] {
+                    for m in (1..=2 * pp + 3).chain([3 * pp, 4 * pp + 1]) {
+                        let ops = PipeOps::new(schedule, pp, r, m, v);
+                        let list = listed(schedule, pp, r, m, v);
+                        let case = format!("{schedule:?} pp {pp} r {r} m {m} v {v}");
+                        assert_eq!(ops.len(), list.len(), "{case}");
+                        let first_b = list.iter().position(|o| matches!(o, PipeOp::B(_)));
+                        assert_eq!(Some(ops.first_b()), first_b, "{case}");
+                        let cooldown = list
+                            .iter()
+                            .rev()
+                            .take_while(|o| matches!(o, PipeOp::B(_)))
+                            .count();
+                        assert_eq!(cooldown, ops.first_b(), "{case}");
+                        let kinds: Vec<PipeOp> = (0..v as usize)
+                            .flat_map(|c| [PipeOp::F(c), PipeOp::B(c)])
+                            .collect();
+                        for i in 0..=list.len() {
+                            for &op in &kinds {
+                                let want = list[..i].iter().filter(|o| **o == op).count();
+                                assert_eq!(ops.count(op, i), want as u64, "{case} {op:?} {i}");
+                            }
+                            if i == list.len() {
+                                break;
+                            }
+                            assert_eq!(ops.get(i), list[i], "{case} op {i}");
+                            for unit in 1..=2 {
+                                for limit in
+                                    [i + 1, i + 3, i + ops.period, ops.first_b(), list.len()]
+                                {
+                                    let limit = limit.min(list.len());
+                                    let mut n = 1;
+                                    while i + (n + 1) * unit <= limit
+                                        && list[i + n * unit..i + (n + 1) * unit]
+                                            == list[i..i + unit]
+                                    {
+                                        n += 1;
+                                    }
+                                    if limit > i {
+                                        assert_eq!(
+                                            ops.run(i, unit, limit),
+                                            n,
+                                            "{case} run from {i}, unit {unit}, to {limit}"
+                                        );
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// A pipeline's step costs the same however many micro-batches: composed for 2^20
+    /// micro-batches (the most a scenario takes), it looks at exactly as many ops as for
+    /// 2^10, and comes to the closed form's figures (one chunk: [`pipeline_stage`]) or,
+    /// interleaved, to the same peak as 2^10 micro-batches.
+    #[test]
+    fn a_pipelines_cost_does_not_grow_with_its_micro_batches() {
+        let chunk = |c: f64| Chunk {
+            f: Seg {
+                delta: Bytes::of(Cat::Activations, 10.0 * c),
+                peak: Bytes::of(Cat::Activations, 10.0 * c + 3.0),
+                at: at(Phase::FwdLayer),
+            },
+            b_new: Seg {
+                delta: Bytes::of(Cat::Activations, -10.0 * c).plus(Bytes::of(Cat::Gradients, 7.0)),
+                peak: Bytes::of(Cat::Temporaries, 5.0),
+                at: at(Phase::BwdLayer),
+            },
+            b_acc: Seg {
+                delta: Bytes::of(Cat::Activations, -10.0 * c),
+                peak: Bytes::of(Cat::Temporaries, 5.0),
+                at: at(Phase::BwdLayer),
+            },
+        };
+        let chunks: Vec<Chunk> = (1..=4).map(|c| chunk(c as f64)).collect();
+        let run = |schedule, pp: u64, r, m, v: u64| {
+            LOOKED.with(|n| n.set(0));
+            let ops = PipeOps::new(schedule, pp, r, m, v);
+            let p = pipeline_loop(&chunks[..v as usize], &[], &ops, m, 0.0);
+            (p.seg, LOOKED.with(Cell::get))
+        };
+        for (schedule, v) in [
+            (PipeSchedule::GPipe, 1),
+            (PipeSchedule::OneFOneB, 1),
+            (PipeSchedule::OneFOneB, 2),
+            (PipeSchedule::OneFOneB, 4),
+        ] {
+            for pp in [2, 4, 8] {
+                for r in 0..pp {
+                    let (few, looked_few) = run(schedule, pp, r, 1 << 10, v);
+                    let (many, looked) = run(schedule, pp, r, 1 << 20, v);
+                    let case = format!("{schedule:?} pp {pp} r {r} v {v}");
+                    assert_eq!(looked, looked_few, "{case}");
+                    assert!(looked < 100 * pp * v, "{case}: {looked} ops looked at");
+                    assert_eq!(many.at.micro_batches, 1 << 20, "{case}");
+                    if v == 1 {
+                        let closed = pipeline_stage(&chunks[0], schedule, pp - 1 - r, 1 << 20, 0.0);
+                        assert_eq!(
+                            (many.peak, many.delta),
+                            (closed.seg.peak, closed.seg.delta),
+                            "{case}"
+                        );
+                    } else {
+                        assert_eq!((many.peak, many.delta), (few.peak, few.delta), "{case}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Under FSDP2 too (units gathered and resharded as the schedule asks, gradients reduced
+    /// on each chunk's last backward), through the estimate: with 2^20 micro-batches the
+    /// stages' steps look at as many ops as with 2^10, and each stage's peak grows from 2^10
+    /// to 2^20 exactly 1023 times what it grows from 2^10 to 2^11 (the receive buffers
+    /// torch's stages make for every micro-batch).
+    #[test]
+    fn fsdp_pipelines_take_the_most_micro_batches_at_the_same_cost() {
+        let interleaved =
+            |v: u64| serde_json::json!({"schedule": "interleaved", "virtual_stages": v});
+        for schedule in [serde_json::json!({}), interleaved(2), interleaved(4)] {
+            let est = |m: u64| {
+                let mut par =
+                    serde_json::json!({"dp": 2, "pp": 4, "fsdp": "full_shard", "grad_accum": m});
+                par.as_object_mut()
+                    .unwrap()
+                    .extend(schedule.as_object().unwrap().clone());
+                let s = crate::Scenario::from_value(&serde_json::json!({
+                    "model": "llama3.2-1b", "seq": 256, "parallel": par
+                }))
+                .unwrap();
+                LOOKED.with(|n| n.set(0));
+                let e = crate::estimate(&s).unwrap();
+                let peaks: Vec<u64> = e.stages.iter().map(|s| s.peak_bytes).collect();
+                (peaks, LOOKED.with(Cell::get))
+            };
+            let ((a, looked_a), (b, _), (c, looked_c)) = (est(1 << 10), est(1 << 11), est(1 << 20));
+            assert_eq!(looked_c, looked_a, "{schedule}");
+            assert!(looked_c > 0, "{schedule}");
+            for i in 0..4 {
+                assert_eq!(c[i] - a[i], 1023 * (b[i] - a[i]), "{schedule}: stage {i}");
+            }
+        }
+    }
 }
