@@ -173,6 +173,25 @@ pub fn accepted(a: &Answer, tolerance: f64) -> f64 {
 /// The reader's answer as a number: thousands separators, spaces and a unit after it are
 /// allowed ("12.3 GiB", "8,191", "4k" for tokens). `None` when it is not a number.
 pub fn read(text: &str, unit: Unit) -> Option<f64> {
+    // A comma groups thousands ("8,191"): a decimal comma ("59,8") is not read as 598.
+    let mut group = None::<u8>;
+    for &c in text.as_bytes() {
+        match group {
+            _ if c == b',' => {
+                if group.is_some_and(|n| n != 3) {
+                    return None;
+                }
+                group = Some(0);
+            }
+            Some(3) if c.is_ascii_digit() => return None,
+            Some(n) if c.is_ascii_digit() => group = Some(n + 1),
+            Some(3) | None => group = None,
+            Some(_) => return None,
+        }
+    }
+    if group.is_some_and(|n| n != 3) {
+        return None;
+    }
     let t: String = text
         .chars()
         .filter(|c| *c != ',' && !c.is_whitespace())
@@ -398,6 +417,10 @@ mod tests {
     fn the_readers_answer_is_read_as_a_number_or_refused() {
         assert_eq!(read(" 12.3 GiB", Unit::Gib), Some(12.3));
         assert_eq!(read("8,191", Unit::Tokens), Some(8191.0));
+        assert_eq!(read("1,048,576", Unit::Tokens), Some(1048576.0));
+        for comma in ["59,8", "59,80", "1,0245", "12,"] {
+            assert_eq!(read(comma, Unit::Gib), None, "{comma}");
+        }
         assert_eq!(read("8k", Unit::Tokens), Some(8192.0));
         assert_eq!(read("−1.5", Unit::Gib), Some(-1.5));
         for bad in ["", "GiB", "twelve", "1e400", "<script>", &"9".repeat(100)] {
