@@ -596,12 +596,14 @@ mod tests {
         drop((sub_b, sub_c));
     }
 
+    /// A subscriber that records what it is told in `seen`.
+    fn log(seen: &Rc<RefCell<Vec<Knobs>>>) -> Callback<Knobs> {
+        let seen = seen.clone();
+        Callback::from(move |k: Knobs| seen.borrow_mut().push(k))
+    }
+
     #[test]
     fn a_widget_off_screen_is_told_when_it_comes_near_or_the_knobs_rest() {
-        let log = |seen: &Rc<RefCell<Vec<Knobs>>>| {
-            let seen = seen.clone();
-            Callback::from(move |k: Knobs| seen.borrow_mut().push(k))
-        };
         let (near, far) = (
             Rc::new(RefCell::new(Vec::new())),
             Rc::new(RefCell::new(Vec::new())),
@@ -638,10 +640,6 @@ mod tests {
     /// page's script says so: `near("", false)`).
     #[test]
     fn a_part_that_waits_for_rest_is_told_once_the_knobs_rest() {
-        let log = |seen: &Rc<RefCell<Vec<Knobs>>>| {
-            let seen = seen.clone();
-            Callback::from(move |k: Knobs| seen.borrow_mut().push(k))
-        };
         let (now, later) = (
             Rc::new(RefCell::new(Vec::new())),
             Rc::new(RefCell::new(Vec::new())),
