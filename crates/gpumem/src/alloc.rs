@@ -328,6 +328,19 @@ impl Allocator {
         self.stats.peak_allocated
     }
 
+    /// The address of the block `id` names (segments are laid out from 2³² up, in the order
+    /// they are taken, never overlapping).
+    pub fn address(&self, id: u32) -> u64 {
+        self.b(id).addr
+    }
+
+    /// Lay the next segment out at `addr` (which must not overlap one taken before): to
+    /// replay a trace with the addresses `cudaMalloc` really gave, on which best fit breaks
+    /// its ties.
+    pub fn next_segment_at(&mut self, addr: u64) {
+        self.next_addr = addr;
+    }
+
     /// `torch.cuda.reset_peak_memory_stats()`.
     pub fn reset_peaks(&mut self) {
         self.stats.peak_reserved = self.stats.reserved;

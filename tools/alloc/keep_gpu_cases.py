@@ -1,0 +1,130 @@
+"""Keep what tools/alloc/gpu_cases.py measured as test data.
+
+    python3 tools/alloc/keep_gpu_cases.py DIR [DIR ...]
+
+DIR holds gpu_cases.py's output (cuda.jsonl and traces/). Appends to
+  tests/data/oracle/cuda.jsonl          one line per case that ran: `name`, `alloc_conf`,
+                                        `command`, `measured` (bytes; below), `versions`,
+                                        `machine`
+  tests/data/oracle/cuda-failed.jsonl   one line per case that failed: `name`, `command`, `error`
+and rewrites tests/data/oracle/cuda-traces.txt.gz with every kept case's allocator trace, in a
+compact form: `= NAME [ALLOC_CONF]` starts a case, then one event a line:
+  a BYTES STREAM SEG OFFSET
+                   an allocation of BYTES (as requested) on STREAM (0: the default stream, then
+                   1, 2, ... in order of first use), placed by PyTorch at OFFSET bytes into the
+                   SEG-th segment it took (from 0); under expandable segments, `a BYTES STREAM`
+  f K              the K-th allocation of the case (from 0) is back in its pool
+  s BYTES STREAM ADDRESS
+                   PyTorch took a segment (cudaMalloc) of BYTES for STREAM at ADDRESS (what the
+                   replay must reproduce, kept to compare)
+  m BYTES STREAM   (expandable segments) BYTES of pages mapped for STREAM's segment; `u`: unmapped
+  # step N         the oracle's step N starts (peak statistics reset)
+
+`measured`: `peak_step` (`torch.cuda.max_memory_allocated()` over the last step, less the
+empty device's), `peaks` (each step's), `peak_reserved` (`torch.cuda.max_memory_reserved()` at
+the end: the run's reserved peak, as nothing empties the cache), `segments`
+(`segment.all.current`), `alloc_retries`, `tracker_peak_step` (the oracle's own live-tensor
+tracker on the same run).
+"""
+import gzip
+import json
+import os
+import re
+import sys
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+OUT = os.path.join(ROOT, "tests", "data", "oracle")
+
+
+def safe(name):
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
+
+
+def compact(path):
+    ids, streams, out, n = {}, {0: 0}, [], 0
+    segs = []  # (address, bytes, index in the order taken), sorted by address
+    import bisect
+
+    def where(addr):
+        i = bisect.bisect_right(segs, (addr, float("inf"))) - 1
+        b, size, k = segs[i]
+        assert b <= addr < b + size, (path, addr)
+        return k, addr - b
+    for line in open(path):
+        p = line.split()
+        if not p:
+            continue
+        if p[0] == "#":
+            out.append(line.rstrip("\n"))
+        elif p[0] in ("a", "s"):
+            st = streams.setdefault(int(p[3]), len(streams))
+            if p[0] == "a":
+                ids[p[1]] = n
+                n += 1
+                if segs:
+                    k, off = where(int(p[1]))
+                    out.append(f"a {p[2]} {st} {k} {off}")
+                else:
+                    # expandable segments: no segments taken, pages mapped (`m`)
+                    out.append(f"a {p[2]} {st}")
+            else:
+                bisect.insort(segs, (int(p[1]), int(p[2]), len(segs)))
+                out.append(f"s {p[2]} {st} {p[1]}")
+        elif p[0] == "f":
+            out.append(f"f {ids.pop(p[1])}")
+        elif p[0] in ("segment_map", "segment_unmap"):
+            st = streams.setdefault(int(p[3]), len(streams))
+            out.append(f"{'m' if p[0] == 'segment_map' else 'u'} {p[2]} {st}")
+        elif p[0] == "S":
+            raise SystemExit(f"{path}: a segment was released mid-run")
+        else:
+            raise SystemExit(f"{path}: {p[0]} events are not kept")
+    return out
+
+
+def main():
+    kept, failed, traces = [], [], []
+    tpath = os.path.join(OUT, "cuda-traces.txt.gz")
+    have = set()
+    if os.path.exists(os.path.join(OUT, "cuda.jsonl")):
+        have = {(r["name"], r["alloc_conf"]) for r in map(json.loads, open(os.path.join(OUT, "cuda.jsonl")))}
+    if os.path.exists(tpath):
+        traces = gzip.open(tpath, "rt").read().splitlines()
+    for d in sys.argv[1:]:
+        for r in map(json.loads, open(os.path.join(d, "cuda.jsonl"))):
+            conf = r.get("alloc_conf", "")
+            if (r["name"], conf) in have:
+                continue
+            if "error" in r:
+                failed.append({k: r[k] for k in ("name", "command", "error")})
+                continue
+            o = r["oracle"]
+            st = o["cuda_stats"]
+            kept.append({
+                "name": r["name"], "alloc_conf": conf, "command": r["command"],
+                "measured": {
+                    "peak_step": o["cuda_peak_step"], "peaks": o["cuda_peaks"],
+                    "peak_reserved": o["cuda_peak_reserved"],
+                    "segments": st["segment.all.current"],
+                    "alloc_retries": st["num_alloc_retries"],
+                    "tracker_peak_step": o["peak_step"],
+                },
+                "versions": r["versions"], "machine": r["machine"],
+            })
+            tag = " [" + conf + "]" if conf else ""
+            traces.append(f"= {r['name']}{tag}")
+            traces += compact(os.path.join(d, "traces", safe(r["name"] + tag) + ".txt"))
+    with open(os.path.join(OUT, "cuda.jsonl"), "a") as f:
+        for r in kept:
+            f.write(json.dumps(r) + "\n")
+    if failed:
+        with open(os.path.join(OUT, "cuda-failed.jsonl"), "a") as f:
+            for r in failed:
+                f.write(json.dumps(r) + "\n")
+    with gzip.GzipFile(tpath, "wb", mtime=0) as f:
+        f.write(("\n".join(traces) + "\n").encode())
+    print(f"kept {len(kept)}, failed {len(failed)}")
+
+
+if __name__ == "__main__":
+    main()
