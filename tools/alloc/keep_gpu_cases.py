@@ -2,7 +2,7 @@
 
     python3 tools/alloc/keep_gpu_cases.py DIR [DIR ...]
 
-DIR holds gpu_cases.py's output (cuda.jsonl and traces/). Appends to
+(a later DIR's run of a case replaces an earlier DIR's). DIR holds gpu_cases.py's output (cuda.jsonl and traces/). Appends to
   tests/data/oracle/cuda.jsonl          one line per case that ran: `name`, `alloc_conf`,
                                         `command`, `measured` (bytes; below), `versions`,
                                         `machine`
@@ -83,37 +83,40 @@ def compact(path):
 
 
 def main():
-    kept, failed, traces = [], [], []
-    tpath = os.path.join(OUT, "cuda-traces.txt.gz")
-    have = set()
+    """Every DIR's runs, a later DIR's run of a case replacing an earlier one's; cases already
+    kept are kept as they are."""
+    runs, tpath = {}, os.path.join(OUT, "cuda-traces.txt.gz")
+    for d in sys.argv[1:]:
+        for r in map(json.loads, open(os.path.join(d, "cuda.jsonl"))):
+            runs[(r["name"], r.get("alloc_conf", ""))] = (d, r)
+    have, traces = set(), []
     if os.path.exists(os.path.join(OUT, "cuda.jsonl")):
         have = {(r["name"], r["alloc_conf"]) for r in map(json.loads, open(os.path.join(OUT, "cuda.jsonl")))}
     if os.path.exists(tpath):
         traces = gzip.open(tpath, "rt").read().splitlines()
-    for d in sys.argv[1:]:
-        for r in map(json.loads, open(os.path.join(d, "cuda.jsonl"))):
-            conf = r.get("alloc_conf", "")
-            if (r["name"], conf) in have:
-                continue
-            if "error" in r:
-                failed.append({k: r[k] for k in ("name", "command", "error")})
-                continue
-            o = r["oracle"]
-            st = o["cuda_stats"]
-            kept.append({
-                "name": r["name"], "alloc_conf": conf, "command": r["command"],
-                "measured": {
-                    "peak_step": o["cuda_peak_step"], "peaks": o["cuda_peaks"],
-                    "peak_reserved": o["cuda_peak_reserved"],
-                    "segments": st["segment.all.current"],
-                    "alloc_retries": st["num_alloc_retries"],
-                    "tracker_peak_step": o["peak_step"],
-                },
-                "versions": r["versions"], "machine": r["machine"],
-            })
-            tag = " [" + conf + "]" if conf else ""
-            traces.append(f"= {r['name']}{tag}")
-            traces += compact(os.path.join(d, "traces", safe(r["name"] + tag) + ".txt"))
+    kept, failed = [], []
+    for (name, conf), (d, r) in runs.items():
+        if (name, conf) in have:
+            continue
+        if "error" in r:
+            failed.append({k: r[k] for k in ("name", "command", "error")})
+            continue
+        o = r["oracle"]
+        st = o["cuda_stats"]
+        kept.append({
+            "name": name, "alloc_conf": conf, "command": r["command"],
+            "measured": {
+                "peak_step": o["cuda_peak_step"], "peaks": o["cuda_peaks"],
+                "peak_reserved": o["cuda_peak_reserved"],
+                "segments": st["segment.all.current"],
+                "alloc_retries": st["num_alloc_retries"],
+                "tracker_peak_step": o["peak_step"],
+            },
+            "versions": r["versions"], "machine": r["machine"],
+        })
+        tag = " [" + conf + "]" if conf else ""
+        traces.append(f"= {name}{tag}")
+        traces += compact(os.path.join(d, "traces", safe(name + tag) + ".txt"))
     with open(os.path.join(OUT, "cuda.jsonl"), "a") as f:
         for r in kept:
             f.write(json.dumps(r) + "\n")
