@@ -119,6 +119,7 @@ pub fn why(key: &str, s: &Scenario, e: &Estimate) -> String {
         },
         "comm" => "gradient buckets, collective and pipeline buffers".into(),
         "temporaries" => "short-lived buffers alive at that moment".into(),
+        "workspaces" => "one per thread that multiplies matrices, kept from its first matmul".into(),
         "other" => "components this chart does not name".into(),
         // The widgets do not replay the caching allocator: its cache is not in these figures.
         _ if e.managed_bytes > 0 => {

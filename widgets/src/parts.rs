@@ -50,6 +50,12 @@ pub const PARTS: &[Part] = &[
     part("logits", "Logits", &["logits"], false),
     part("comm", "Communication buffers", &["comm_buffers"], false),
     part("temporaries", "Temporaries", &["temporaries"], false),
+    part(
+        "workspaces",
+        "cuBLAS workspaces",
+        &["cublas_workspaces"],
+        false,
+    ),
     part("other", "Other", &[], false),
     part("overhead", "CUDA context", &[], false),
 ];
@@ -140,6 +146,7 @@ mod tests {
             "comm_buffers",
             "kv_cache",
             "temporaries",
+            "cublas_workspaces",
         ] {
             let owners: Vec<_> = PARTS.iter().filter(|p| p.components.contains(&c)).collect();
             assert_eq!(owners.len(), 1, "{c}");

@@ -122,6 +122,9 @@ pub fn label(p: &OpPoint) -> String {
     s
 }
 
+/// The parts a column stacks: every one of [`PARTS`].
+const NPARTS: usize = PARTS.len();
+
 /// Where each of the engine's categories stacks: its part's place in [`PARTS`].
 fn part_index() -> [usize; gpumem::mem::NCAT] {
     gpumem::mem::Cat::ALL.map(|c| {
@@ -130,13 +133,13 @@ fn part_index() -> [usize; gpumem::mem::NCAT] {
             .iter()
             .position(|x| x.key == part.key)
             .unwrap_or(0)
-            .min(12)
+            .min(NPARTS - 1)
     })
 }
 
 /// Each part's bytes in a point, in stacking order (negative leftovers count as empty).
-fn stack(p: &OpPoint, idx: &[usize; gpumem::mem::NCAT]) -> [f64; 13] {
-    let mut v = [0.0; 13];
+fn stack(p: &OpPoint, idx: &[usize; gpumem::mem::NCAT]) -> [f64; NPARTS] {
+    let mut v = [0.0; NPARTS];
     for (c, &i) in idx.iter().enumerate() {
         v[i] += p.live.0[c].max(0.0);
     }
@@ -258,7 +261,7 @@ fn columns_to_hover(
 }
 
 /// The stacked areas of `pts` (x from `x0`, `cw` wide each), one polygon per part, as SVG.
-fn areas(out: &mut String, stacks: &[[f64; 13]], x0: f64, cw: f64, y: &dyn Fn(f64) -> f64) {
+fn areas(out: &mut String, stacks: &[[f64; NPARTS]], x0: f64, cw: f64, y: &dyn Fn(f64) -> f64) {
     let mut below = vec![0.0; stacks.len()];
     for (i, part) in PARTS.iter().enumerate() {
         if !stacks.iter().any(|s| s[i] > 0.0) {
@@ -422,7 +425,7 @@ pub fn use_timeline(init: &Init) -> Html {
     let peak_col = cols.iter().position(|&i| i == t.peak).unwrap_or(0);
     let px = l + cw * (peak_col as f64 + 0.5);
     let idx = part_index();
-    let stacks: Vec<[f64; 13]> = cols.iter().map(|&i| stack(&t.points[i], &idx)).collect();
+    let stacks: Vec<[f64; NPARTS]> = cols.iter().map(|&i| stack(&t.points[i], &idx)).collect();
     let legend: Vec<&'static str> = PARTS
         .iter()
         .enumerate()

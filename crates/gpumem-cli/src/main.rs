@@ -281,7 +281,7 @@ fn table(e: &Estimate) -> String {
             &mut s,
             "  cuBLAS workspaces",
             format!(
-                "{}  (inside reserved)",
+                "{}  (in the peak and in reserved)",
                 gib(e.cublas_workspace_bytes as f64)
             ),
         );

@@ -38,9 +38,10 @@ fn fxhash(s: &str) -> u64 {
 fn predictions_meet_the_fidelity_goals() {
     let mut errors = Vec::new();
     let mut report = String::new();
-    for line in data("calibration-scenarios.jsonl")
+    for (i, line) in data("calibration-scenarios.jsonl")
         .lines()
         .filter(|l| !l.trim().is_empty())
+        .enumerate()
     {
         let case: Value = serde_json::from_str(line).unwrap();
         let name = case["name"].as_str().unwrap();
@@ -73,7 +74,15 @@ fn predictions_meet_the_fidelity_goals() {
             .as_f64()
             .or(exp["peak_generate"].as_f64())
             .unwrap();
-        let predicted = got["peak_bytes"].as_f64().unwrap();
+        // measure.py's figures start from a baseline that holds cuBLAS's workspaces, taken
+        // by the process's first run (which counts them): the later runs are compared
+        // without them (as `gpumem::validation` compares).
+        let held = if i > 0 {
+            got["cublas_workspace_bytes"].as_f64().unwrap()
+        } else {
+            0.0
+        };
+        let predicted = got["peak_bytes"].as_f64().unwrap() - held;
         let err = predicted / measured - 1.0;
         report.push_str(&format!("{name:58} {:+6.2} %\n", err * 100.0));
         errors.push(err.abs());

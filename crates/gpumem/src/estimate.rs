@@ -64,9 +64,9 @@ pub struct Estimate {
     /// The run fails with "CUDA out of memory … reserved but unallocated": the replayed
     /// allocator runs out of device although the allocated peak and the CUDA context fit.
     pub fragmentation_oom: bool,
-    /// cuBLAS's workspaces, which PyTorch allocates through its caching allocator (counted
-    /// in the reserved figures): one per thread that runs a matmul, the forward's and
-    /// autograd's.
+    /// cuBLAS's workspaces, which PyTorch allocates through its caching allocator inside the
+    /// first matmul of each thread that runs one (the forward's and, training, autograd's)
+    /// and keeps: a component of the peak (`cublas_workspaces`) and of every timeline point.
     pub cublas_workspace_bytes: u64,
     /// The CUDA context (outside PyTorch's allocator; nvidia-smi counts it).
     pub cuda_context_bytes: u64,
@@ -258,8 +258,11 @@ pub fn estimate(s: &Scenario) -> Result<Estimate> {
         let kv = at_peak.get(Cat::KvCache) + (peak - weights - at_peak.total()).max(0.0);
         parts.push(("kv_cache", kv));
     }
+    let ws = crate::gpu::cublas_workspaces(s);
+    parts.push(("cublas_workspaces", ws as f64));
     let components = bounded_components(&parts)?;
     let peak_bytes: u64 = components.values().sum();
+    timeline.iter_mut().for_each(|p| p.bytes += ws);
     // A paged optimizer's managed states, sharded as its other states are.
     let managed = if states.optimizer > 0.0 {
         states.managed * dp.optim / states.optimizer
@@ -307,7 +310,7 @@ pub fn estimate(s: &Scenario) -> Result<Estimate> {
         largest_free_block_bytes: r.largest,
         segments: r.segments,
         fragmentation_oom: r.fragmentation_oom,
-        cublas_workspace_bytes: r.workspaces,
+        cublas_workspace_bytes: ws,
         cuda_context_bytes: CUDA_CONTEXT_BYTES,
         managed_bytes: r.managed,
         device_bytes: r.device,
@@ -331,7 +334,6 @@ struct Reserved {
     segments: u64,
     oom: bool,
     fragmentation_oom: bool,
-    workspaces: u64,
     managed: u64,
     device: u64,
 }
@@ -391,7 +393,6 @@ impl Reserved {
                     segments: o.stats.segments,
                     oom,
                     fragmentation_oom,
-                    workspaces: o.workspaces,
                     managed,
                     device: peak + CUDA_CONTEXT_BYTES + managed,
                 }
@@ -410,7 +411,6 @@ impl Reserved {
                     segments: 0,
                     oom: false,
                     fragmentation_oom: false,
-                    workspaces: 0,
                     managed,
                     device: peak_bytes + CUDA_CONTEXT_BYTES + managed,
                 }
@@ -645,18 +645,19 @@ pub(crate) fn worst_stage(s: &Scenario, pr: &Prepared) -> (f64, f64) {
     }
     // Above the capacity less the CUDA context, a layout cannot fit: the first stage found
     // above it decides (the planner only asks whether it fits).
-    let cap = (s.capacity_bytes - CUDA_CONTEXT_BYTES.min(s.capacity_bytes)) as f64;
+    let ws = crate::gpu::cublas_workspaces(s) as f64;
+    let cap = s.capacity_bytes.saturating_sub(CUDA_CONTEXT_BYTES) as f64 - ws;
     let mut chunks = Vec::new();
     for (i, &r) in stages.iter().enumerate() {
         if r >= pp || stages[..i].contains(&r) {
             continue;
         }
         let st = rank_step(s, pr, r, None, cap, false, &mut chunks);
-        let peak = st.base.plus(st.prog.seg.peak).total();
+        let peak = st.base.plus(st.prog.seg.peak).total() + ws;
         if peak > worst.0 {
             worst = (peak, st.host);
         }
-        if peak > cap {
+        if peak > cap + ws {
             break;
         }
     }
@@ -693,12 +694,14 @@ fn pytorch_dp(s: &Scenario, name: &str, model: &Architecture) -> Result<Estimate
                 .then(j.cmp(&i))
         })
         .unwrap_or(0);
+    let ws = crate::gpu::cublas_workspaces(s);
     let parts_of = |st: &RankStep| -> Vec<(&'static str, f64)> {
         let peak = st.base.plus(st.prog.seg.peak);
         Cat::ALL
             .iter()
             .filter(|c| peak.get(**c) > 0.0 || **c == Cat::Activations)
             .map(|c| (c.key(), peak.get(*c).max(0.0)))
+            .chain([("cublas_workspaces", ws as f64)])
             .collect()
     };
     let mut stage_list = Vec::new();
@@ -725,12 +728,12 @@ fn pytorch_dp(s: &Scenario, name: &str, model: &Architecture) -> Result<Estimate
         .iter()
         .map(|(ph, b)| Point {
             phase: (*ph).into(),
-            bytes: (base.total() + b.total()).round() as u64,
+            bytes: (base.total() + b.total()).round() as u64 + ws,
         })
         .collect();
     timeline.push(Point {
         phase: "end of step".into(),
-        bytes: base.total().round() as u64,
+        bytes: base.total().round() as u64 + ws,
     });
     cap_timeline(&mut timeline, peak_bytes);
     let pc = model.params();
@@ -762,7 +765,7 @@ fn pytorch_dp(s: &Scenario, name: &str, model: &Architecture) -> Result<Estimate
         largest_free_block_bytes: 0,
         segments: 0,
         fragmentation_oom: false,
-        cublas_workspace_bytes: 0,
+        cublas_workspace_bytes: ws,
         cuda_context_bytes: CUDA_CONTEXT_BYTES,
         managed_bytes: r.managed,
         device_bytes: r.device,
@@ -2042,6 +2045,7 @@ pub(crate) fn recorded(s: &Scenario) -> Result<Recorded> {
         }
     };
     let par = &s.parallel;
+    let ws = Bytes::of(Cat::Workspaces, crate::gpu::cublas_workspaces(s) as f64);
     if estimate_pytorch_dp(s, "", a).is_some() {
         if par.pp > 1 {
             return Err(Error::new(
@@ -2053,7 +2057,7 @@ pub(crate) fn recorded(s: &Scenario) -> Result<Recorded> {
         let st = rank_step(s, &pr, 0, None, f64::INFINITY, true, &mut Vec::new());
         let Prepared { first, later, .. } = pr;
         return Ok(Recorded {
-            resident: st.base,
+            resident: st.base.plus(ws),
             nodes: st.prog.rec.unwrap_or_default(),
             first,
             later,
@@ -2074,7 +2078,7 @@ pub(crate) fn recorded(s: &Scenario) -> Result<Recorded> {
         resident.add(Cat::Temporaries, dp.buckets);
         let t = train_program(s, a, dp.grads, states.grads, true, false);
         return Ok(Recorded {
-            resident,
+            resident: resident.plus(ws),
             nodes: t.prog.rec.unwrap_or_default(),
             first: t.first,
             later: t.later,
@@ -2083,10 +2087,10 @@ pub(crate) fn recorded(s: &Scenario) -> Result<Recorded> {
     }
     let (first, nodes, tail) = inference_recorded(s, a, dp.weights);
     Ok(Recorded {
-        resident: Bytes::of(Cat::Weights, dp.weights),
+        resident: Bytes::of(Cat::Weights, dp.weights).plus(ws),
         nodes,
         first,
         later: None,
-        tail,
+        tail: tail.into_iter().map(|(b, at)| (b.plus(ws), at)).collect(),
     })
 }

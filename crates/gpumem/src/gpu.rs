@@ -88,6 +88,20 @@ pub const GPUS: &[Gpu] = &[
 /// as `mem_get_info` used − `memory_reserved` = 787,283,968 bytes (torch 2.11, CUDA 13.0).
 pub const CUDA_CONTEXT_BYTES: u64 = 787_283_968;
 
+/// cuBLAS's workspaces, which PyTorch allocates through its caching allocator inside the first
+/// matmul of each thread that multiplies matrices and keeps to the process's end: the
+/// forward's thread and, in training, autograd's backward thread. They are in every figure of
+/// the allocated memory from then on (`max_memory_allocated` of a fresh process counts them):
+/// 2 × 32 MiB in every training run of `tests/data/oracle/cuda.jsonl` on the H100.
+pub fn cublas_workspaces(s: &crate::Scenario) -> u64 {
+    let threads = if s.mode == crate::scenario::Mode::Train {
+        2
+    } else {
+        1
+    };
+    threads * crate::alloc::stream::cublas_workspace(&s.gpu_name)
+}
+
 pub fn find(name: &str) -> Option<Gpu> {
     let norm = |s: &str| s.to_ascii_lowercase().replace(['-', '_', ' '], "");
     let n = norm(name);

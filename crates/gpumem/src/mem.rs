@@ -34,9 +34,12 @@ pub enum Cat {
     KvCache = 9,
     /// Gradients of activations and other short-lived buffers.
     Temporaries = 10,
+    /// cuBLAS's workspaces (`crate::gpu::cublas_workspaces`), kept from each thread's first
+    /// matmul on.
+    Workspaces = 11,
 }
 
-pub const NCAT: usize = 11;
+pub const NCAT: usize = 12;
 
 impl Cat {
     pub const ALL: [Cat; NCAT] = [
@@ -51,6 +54,7 @@ impl Cat {
         Cat::Comm,
         Cat::KvCache,
         Cat::Temporaries,
+        Cat::Workspaces,
     ];
 
     /// The component's name in an estimate (`Estimate::components`).
@@ -67,6 +71,7 @@ impl Cat {
             Cat::Comm => "comm_buffers",
             Cat::KvCache => "kv_cache",
             Cat::Temporaries => "temporaries",
+            Cat::Workspaces => "cublas_workspaces",
         }
     }
 }
@@ -86,7 +91,7 @@ impl Bytes {
     /// loop (it is taken at every step of every replay and composition).
     pub fn total(&self) -> f64 {
         let b = &self.0;
-        b[0] + b[1] + b[2] + b[3] + b[4] + b[5] + b[6] + b[7] + b[8] + b[9] + b[10]
+        b[0] + b[1] + b[2] + b[3] + b[4] + b[5] + b[6] + b[7] + b[8] + b[9] + b[10] + b[11]
     }
     pub fn get(&self, cat: Cat) -> f64 {
         self.0[cat as usize]
