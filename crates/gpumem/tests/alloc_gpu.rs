@@ -33,6 +33,9 @@ fn measured() -> Vec<(String, Value)> {
         .collect()
 }
 
+/// Where a block lies: (segment, in the order taken; offset in it).
+type Place = (u64, u64);
+
 /// One case's trace, replayed: the allocators of its streams, and per step the allocated
 /// peak (over every stream, as `max_memory_allocated` counts) and the segments PyTorch took.
 struct Replay {
@@ -52,7 +55,7 @@ struct Replay {
     /// Allocations placed where PyTorch placed them (same segment, same offset), and the
     /// first one placed elsewhere: (its index, PyTorch's place, the replay's).
     same_place: u64,
-    first_moved: Option<(usize, (u64, u64), (u64, u64))>,
+    first_moved: Option<(usize, Place, Place)>,
 }
 
 impl Replay {
@@ -71,7 +74,7 @@ impl Replay {
     }
 
     /// Where the replay put allocation `id` of `st`: (segment in the order taken, offset).
-    fn place(&mut self, st: usize, id: u32, new_segment: bool) -> (u64, u64) {
+    fn place(&mut self, st: usize, id: u32, new_segment: bool) -> Place {
         let addr = self.streams[st].address(id);
         if new_segment {
             self.mine.push((st, addr));
