@@ -7,6 +7,7 @@
                                         `command`, `measured` (bytes; below), `versions`,
                                         `machine`
   tests/data/oracle/cuda-failed.jsonl   one line per case that failed: `name`, `command`, `error`
+  tests/data/oracle/cuda-validation.jsonl  the runs as `gpumem::validation` cases (rewritten)
 and rewrites tests/data/oracle/cuda-traces.txt.gz with every kept case's allocator trace, in a
 compact form: `= NAME [ALLOC_CONF]` starts a case, then one event a line:
   a BYTES STREAM SEG OFFSET
@@ -127,6 +128,26 @@ def main():
     with gzip.GzipFile(tpath, "wb", mtime=0) as f:
         f.write(("\n".join(traces) + "\n").encode())
     print(f"kept {len(kept)}, failed {len(failed)}")
+    write_validation()
+
+
+def write_validation():
+    """cuda-validation.jsonl: each run with the default allocator as a case of
+    `gpumem::validation` (the oracle case's `layout` and `scenario`; `expect.peak_step` what
+    the GPU measured, which counts cuBLAS's workspaces: `expect.cublas_workspaces`)."""
+    oracle = {r["name"]: r for r in map(json.loads, open(os.path.join(OUT, "sharded.jsonl")))}
+    with open(os.path.join(OUT, "cuda-validation.jsonl"), "w") as f:
+        for r in map(json.loads, open(os.path.join(OUT, "cuda.jsonl"))):
+            if r["alloc_conf"]:
+                continue
+            o = oracle[r["name"]]
+            expect = {"peak_step": r["measured"]["peak_step"], "params": o["expect"]["params"],
+                      "cublas_workspaces": True}
+            if "stage" in o["expect"]:
+                expect["stage"] = o["expect"]["stage"]
+            f.write(json.dumps({"name": r["name"], "layout": o["layout"], "scenario": o["scenario"],
+                                "expect": expect, "command": r["command"],
+                                "versions": r["versions"], "machine": r["machine"]}) + "\n")
 
 
 if __name__ == "__main__":
