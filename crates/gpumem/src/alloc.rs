@@ -601,8 +601,11 @@ impl Allocator {
         }
         if cand == NIL {
             let page = Self::page(small);
-            let span = (self.cfg.device / 8)
-                .saturating_add(self.cfg.device)
+            // (A device of unbounded size, the default `Config`, reserves 2^56 bytes: the
+            // addresses of its segments stay far from the end of `u64`.)
+            let device = self.cfg.device.min(1 << 56);
+            let span = (device / 8)
+                .saturating_add(device)
                 .div_ceil(page)
                 .saturating_mul(page)
                 .max(size.div_ceil(page).saturating_mul(page));
@@ -1239,6 +1242,23 @@ mod tests {
         assert_eq!(a.stats().reserved, 60 * MIB);
         a.free(y);
         assert_eq!(a.stats().segments, 1);
+    }
+
+    /// The default `Config` (a device of unbounded size) under expandable segments: its
+    /// segments' addresses and sizes stay inside `u64` (they once overflowed, in debug
+    /// builds at the first page mapped).
+    #[test]
+    fn expandable_segments_on_an_unbounded_device() {
+        let mut a = Allocator::new(Config {
+            expandable: true,
+            ..Config::default()
+        });
+        let x = a.malloc(30 * MIB).unwrap();
+        a.malloc(100).unwrap();
+        a.free(x);
+        a.malloc(50 * MIB).unwrap();
+        assert_eq!(a.stats().reserved, 60 * MIB + SMALL_BUFFER);
+        assert_eq!(a.stats().segments, 2);
     }
 
     #[test]
