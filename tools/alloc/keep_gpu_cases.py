@@ -131,6 +131,16 @@ def main():
     write_validation()
 
 
+# Runs that measured something of the oracle's own, not of the layout: left out of
+# cuda-validation.jsonl, with the reason.
+ARTIFACTS = {
+    r"^llama-2b pp_fsdp .* s1 ": (
+        "the oracle's PP set-up (before its fix) kept the full-size LM head weight alive on the "
+        "last stage beside FSDP's shards: its loop variable held the model's last parameter "
+        "(allocation 88 of the trace, alive from the model's creation to the end)"),
+}
+
+
 def write_validation():
     """cuda-validation.jsonl: each run with the default allocator as a case of
     `gpumem::validation` (the oracle case's `layout` and `scenario`; `expect.peak_step` what
@@ -138,7 +148,7 @@ def write_validation():
     oracle = {r["name"]: r for r in map(json.loads, open(os.path.join(OUT, "sharded.jsonl")))}
     with open(os.path.join(OUT, "cuda-validation.jsonl"), "w") as f:
         for r in map(json.loads, open(os.path.join(OUT, "cuda.jsonl"))):
-            if r["alloc_conf"]:
+            if r["alloc_conf"] or any(re.search(a, r["name"]) for a in ARTIFACTS):
                 continue
             o = oracle[r["name"]]
             expect = {"peak_step": r["measured"]["peak_step"], "params": o["expect"]["params"],
