@@ -1048,6 +1048,18 @@ fn the_5d_panel_takes_a_pasted_config_refuses_a_hostile_one_and_applies_a_planne
         Duration::from_secs(5),
     )
     .unwrap();
+    // Its button tells a screen reader it is the one shown, and no other button does.
+    let pressed = c
+        .eval(
+            "return [...document.querySelectorAll('[data-widget=parallelism] button[aria-pressed=true]')].map(b => b.closest('tr').classList.contains('gm-current'))",
+            json!([]),
+        )
+        .unwrap();
+    assert_eq!(
+        pressed,
+        json!([true]),
+        "one pressed button, in the row shown"
+    );
     assert_no_console_errors(&c);
 }
 

@@ -496,7 +496,7 @@ pub fn use_parallelism(init: &Init) -> Html {
                         <td class="gm-num">{ gib(c.device_bytes as f64) }</td>
                         <td class="gm-num">{ secs(c.step_seconds) }</td>
                         <td><button type="button" class="gm-pill" {onclick}
-                            aria-label={format!("Use layout {}", i + 1)}>{ if current { "shown" } else { "use" } }</button></td>
+                            aria-label={format!("Use layout {}", i + 1)} aria-pressed={if current { "true" } else { "false" }}>{ if current { "shown" } else { "use" } }</button></td>
                     </>
                 };
                 if current {

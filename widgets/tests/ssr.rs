@@ -401,6 +401,17 @@ fn parallelism_shows_every_stage_and_the_planner_table() {
     // The planner's layouts of the same 64 GPUs, each with a button that applies it.
     assert!(html.contains("Layouts of 64 GPUs for a global batch of 16 sequences"));
     assert!(html.contains(r#"aria-label="Use layout 1""#));
+    // The button of the layout shown says so to a screen reader (pressed), and only it.
+    let pressed = html.matches(r#"aria-pressed="true""#).count();
+    assert!(
+        pressed <= 1 && html.contains(r#"aria-pressed="false""#),
+        "{pressed}"
+    );
+    assert_eq!(
+        pressed,
+        html.matches("gm-current").count().min(1),
+        "the row shown and the pressed button go together"
+    );
     // Architecture fields, the paste box, the sharding radiogroup.
     assert!(html.contains(r#"id="t-layers""#) && html.contains(r#"value="80""#));
     assert!(html.contains("paste a config.json") && html.contains("<textarea"));
