@@ -259,7 +259,7 @@ pub fn estimate(s: &Scenario) -> Result<Estimate> {
         parts.push(("kv_cache", kv));
     }
     let ws = crate::gpu::cublas_workspaces(s);
-    parts.push(("cublas_workspaces", ws as f64));
+    parts.push((Cat::Workspaces.key(), ws as f64));
     let components = bounded_components(&parts)?;
     let peak_bytes: u64 = components.values().sum();
     timeline.iter_mut().for_each(|p| p.bytes += ws);
@@ -646,18 +646,19 @@ pub(crate) fn worst_stage(s: &Scenario, pr: &Prepared) -> (f64, f64) {
     // Above the capacity less the CUDA context, a layout cannot fit: the first stage found
     // above it decides (the planner only asks whether it fits).
     let ws = crate::gpu::cublas_workspaces(s) as f64;
-    let cap = s.capacity_bytes.saturating_sub(CUDA_CONTEXT_BYTES) as f64 - ws;
+    let cap = s.capacity_bytes.saturating_sub(CUDA_CONTEXT_BYTES) as f64;
     let mut chunks = Vec::new();
     for (i, &r) in stages.iter().enumerate() {
         if r >= pp || stages[..i].contains(&r) {
             continue;
         }
-        let st = rank_step(s, pr, r, None, cap, false, &mut chunks);
+        // The step's own bytes may take what the workspaces leave.
+        let st = rank_step(s, pr, r, None, cap - ws, false, &mut chunks);
         let peak = st.base.plus(st.prog.seg.peak).total() + ws;
         if peak > worst.0 {
             worst = (peak, st.host);
         }
-        if peak > cap + ws {
+        if peak > cap {
             break;
         }
     }
@@ -701,7 +702,7 @@ fn pytorch_dp(s: &Scenario, name: &str, model: &Architecture) -> Result<Estimate
             .iter()
             .filter(|c| peak.get(**c) > 0.0 || **c == Cat::Activations)
             .map(|c| (c.key(), peak.get(*c).max(0.0)))
-            .chain([("cublas_workspaces", ws as f64)])
+            .chain([(Cat::Workspaces.key(), ws as f64)])
             .collect()
     };
     let mut stage_list = Vec::new();
