@@ -126,7 +126,7 @@ pub fn precision_knob(p: &Precision, part: &str, dtype: &str) -> String {
         ("reduce", Some(d)) => q.reduce = d,
         _ => {}
     }
-    for (name, _) in gpumem::precision::RECIPES {
+    for name in gpumem::precision::RECIPES {
         if let Some(mut r) = Precision::recipe(name) {
             r.name = q.name.clone();
             if r == q {

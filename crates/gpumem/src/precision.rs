@@ -25,14 +25,24 @@ pub struct Precision {
     pub reduce: DType,
 }
 
-pub const RECIPES: &[(&str, &str)] = &[
-    ("fp32", "everything in fp32"),
-    ("bf16", "pure bf16: weights, grads, optimizer states and activations (PyTorch: states follow the parameter dtype)"),
-    ("fp16", "pure fp16"),
-    ("amp-bf16", "fp32 parameters, grads and states; bf16 activations through torch.autocast"),
-    ("amp-fp16", "fp32 parameters, grads and states; fp16 activations through torch.autocast"),
-    ("mixed-bf16", "bf16 weights and grads, fp32 master weights and optimizer states (Megatron/DeepSpeed)"),
-    ("fp8", "as mixed-bf16, with fp8 weight copies and fp8 saved linear inputs (Transformer Engine)"),
+/// The recipes `precision` names:
+/// - `fp32`: everything in fp32;
+/// - `bf16`: pure bf16, weights, grads, optimizer states and activations (in PyTorch the
+///   states follow the parameter dtype); `fp16`: pure fp16;
+/// - `amp-bf16` (`amp`), `amp-fp16`: fp32 parameters, grads and states, bf16 or fp16
+///   activations through torch.autocast;
+/// - `mixed-bf16` (`mixed`): bf16 weights and grads, fp32 master weights and optimizer
+///   states (Megatron, DeepSpeed);
+/// - `fp8`: as mixed-bf16, with fp8 weight copies and fp8 saved linear inputs (Transformer
+///   Engine).
+pub const RECIPES: [&str; 7] = [
+    "fp32",
+    "bf16",
+    "fp16",
+    "amp-bf16",
+    "amp-fp16",
+    "mixed-bf16",
+    "fp8",
 ];
 
 impl Precision {
@@ -82,7 +92,7 @@ impl Precision {
                     format!(
                         "unknown precision recipe '{}' (one of: {})",
                         truncate(s, 40),
-                        RECIPES.iter().map(|r| r.0).collect::<Vec<_>>().join(", ")
+                        RECIPES.join(", ")
                     ),
                 )
             }),
