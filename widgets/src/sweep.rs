@@ -130,6 +130,25 @@ pub fn needs(total: f64, cap: f64, gpu: &str) -> String {
     )
 }
 
+/// The end of a range from `from`: `to`, or the last value before it that the model takes
+/// (gpt2 has learned positions for 1,024 tokens and no more), found by bisection.
+pub fn last_taken(k: &Knobs, knob: &str, from: u64, to: u64) -> u64 {
+    let takes = |v: u64| column(k, knob, v).is_some();
+    if to <= from || takes(to) || !takes(from) {
+        return to;
+    }
+    let (mut lo, mut hi) = (from, to);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if takes(mid) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
 /// Where a linear sweep from `from` ends: `to`, or a round value about a tenth past the first
 /// that needs more than `limit` bytes (found to a hundredth of the range), if that comes
 /// earlier.
@@ -212,7 +231,8 @@ pub fn use_sweep(init: &Init) -> Html {
             .and_then(|v| gpumem::knobs::count(key, v).ok())
             .unwrap_or(d)
     };
-    let (from, to) = (count_opt("from", lo), count_opt("to", hi));
+    let from = count_opt("from", lo);
+    let to = last_taken(&k, knob, from, count_opt("to", hi));
     let here = k.estimate().ok();
     let cap_now = here.as_ref().map_or(0.0, |e| e.capacity_bytes as f64);
     // On a linear axis the range ends a little past where the step needs 1.5× the GPU (found

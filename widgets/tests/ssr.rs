@@ -166,6 +166,40 @@ fn sweep_finds_exactly_where_it_stops_fitting() {
     assert!(lin.contains("Attention kernel") && lin.contains("Recomputation"));
 }
 
+/// gpt2 has learned positions for 1,024 tokens: the default sequence range (512 to 128K)
+/// ends where the model does, on either axis, instead of being sampled where every point
+/// is refused.
+#[test]
+fn a_sweep_ends_where_the_model_does() {
+    use gpumem_widgets::sweep::last_taken;
+    let gpt2 = [
+        ("model", "gpt2"),
+        ("batch", "4"),
+        ("seq", "1k"),
+        ("precision", "bf16"),
+    ];
+    let k = init("sweep", &gpt2, &[]).knobs;
+    assert_eq!(last_taken(&k, "seq", 512, 131072), 1024);
+    // A range the model takes whole, or one it refuses from the start, is left as asked.
+    assert_eq!(last_taken(&k, "seq", 512, 1000), 1000);
+    assert_eq!(last_taken(&k, "seq", 2048, 4096), 4096);
+    let small = init("sweep", SMALL, &[]).knobs;
+    assert_eq!(last_taken(&small, "seq", 512, 131072), 131072);
+    for scale in ["linear", "log"] {
+        let html = render(&init("sweep", &gpt2, &[("axis", "seq"), ("scale", scale)])).unwrap();
+        assert!(html.contains("against seq, from 512 ("), "{html}");
+        assert!(html.contains(") to 1K ("), "{scale}: {html}");
+        assert!(!html.contains("128K"), "{scale}: {html}");
+    }
+    // Linear: evenly spaced samples between the two, not one point.
+    let lin = render(&init("sweep", &gpt2, &[("axis", "seq")])).unwrap();
+    assert!(
+        lin.matches("<polygon class=\"gm-f-weights\"").count() == 1,
+        "{lin}"
+    );
+    assert!(lin.contains(">768<") || lin.contains(">768 "), "{lin}");
+}
+
 #[test]
 fn value_and_formula_show_the_engine_numbers() {
     let e = est(SMALL);
