@@ -1241,6 +1241,58 @@ fn the_5d_panel_takes_multi_digit_numbers() {
         Duration::from_secs(10),
     )
     .unwrap();
+    // What the engine refuses is said, and the field goes back to the value in use: a
+    // negative count, a fraction, an empty field; a model field the same way.
+    let err = "document.querySelector('[data-widget=parallelism] .gm-error')";
+    for (field, typed, says) in [
+        ("dp", "-2", "dp: '-2' is not a whole number"),
+        ("dp", "1.5", "dp: '1.5' is not a whole number"),
+        ("tp", "\u{E003}", "tp: '' is not a whole number"),
+        (
+            "layers",
+            "-2",
+            "num_hidden_layers: must be a positive integer, got -2",
+        ),
+    ] {
+        let input = c
+            .find(&format!("[data-widget=parallelism] input[id$=-{field}]"))
+            .unwrap();
+        let before = c
+            .eval(
+                &format!("return document.querySelector('[data-widget=parallelism] input[id$=-{field}]').value"),
+                json!([]),
+            )
+            .unwrap();
+        c.click(&input).unwrap();
+        c.send_keys(&input, &format!("\u{E009}a\u{E000}{typed}\u{E004}"))
+            .unwrap();
+        c.wait_for(
+            &format!("var e = {err}; return e !== null && e.textContent.includes({says:?})"),
+            Duration::from_secs(10),
+        )
+        .unwrap_or_else(|e| {
+            let now = c
+                .eval(
+                    &format!("var e = {err}; return e && e.textContent"),
+                    json!([]),
+                )
+                .unwrap();
+            panic!("{field}={typed:?}: {e}: {now}")
+        });
+        let after = c
+            .eval(
+                &format!("return document.querySelector('[data-widget=parallelism] input[id$=-{field}]').value"),
+                json!([]),
+            )
+            .unwrap();
+        assert_eq!(after, before, "{field}={typed:?} left in the field");
+        assert!(c
+            .eval(&format!("return {sub}"), json!([]))
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .contains(" 256 GPUs"));
+    }
     assert_no_console_errors(&c);
 }
 

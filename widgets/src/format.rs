@@ -18,14 +18,27 @@ fn decimals(bytes: f64) -> usize {
     }
 }
 
-/// `fixed`, with a typographic minus and never a negative zero ("−0.0").
+/// `fixed`, with a typographic minus, never a negative zero ("−0.0"), and thousands
+/// separators ("17,441.0").
 pub fn signed(x: f64, decimals: usize) -> String {
     let s = fixed(x, decimals);
-    match s.strip_prefix('-') {
-        Some(rest) if rest.bytes().all(|b| b == b'0' || b == b'.') => rest.to_string(),
-        Some(rest) => format!("{MINUS}{rest}"),
-        None => s,
+    let (minus, rest) = match s.strip_prefix('-') {
+        Some(rest) if rest.bytes().all(|b| b == b'0' || b == b'.') => (false, rest),
+        Some(rest) => (true, rest),
+        None => (false, s.as_str()),
+    };
+    let whole = rest.find('.').unwrap_or(rest.len());
+    let mut out = String::new();
+    if minus {
+        out.push(MINUS);
     }
+    for (i, c) in rest.char_indices() {
+        if i > 0 && i < whole && (whole - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// Bytes as GiB: one decimal, two below 1 GiB ("52.7 GiB", "0.50 GiB"); none for nothing
@@ -90,9 +103,14 @@ impl Sum {
 
     /// The parts in units, adding up to the total's units exactly.
     pub fn parts(&self, parts: &[f64], total: f64) -> Vec<i64> {
+        self.parts_to(parts, self.units(total))
+    }
+
+    /// The parts in units, adding up to `total` units exactly.
+    pub fn parts_to(&self, parts: &[f64], total: i64) -> Vec<i64> {
         let exact: Vec<f64> = parts.iter().map(|b| b * self.scale()).collect();
         let mut units: Vec<i64> = exact.iter().map(|x| x.floor() as i64).collect();
-        let mut short = self.units(total) - units.iter().sum::<i64>();
+        let mut short = total - units.iter().sum::<i64>();
         // Hand the missing units to the largest remainders (or take the excess from the
         // smallest), one each, in a stable order.
         let mut order: Vec<usize> = (0..parts.len()).collect();
@@ -232,6 +250,10 @@ mod tests {
         assert_eq!(gib(-0.001), "0.00 GiB");
         assert_eq!(signed(-0.04, 1), "0.0");
         assert_eq!(signed(-2.2, 1), "−2.2");
+        assert_eq!(gib(17441.04 * GIB), "17,441.0 GiB");
+        assert_eq!(gib(-1234.56 * GIB), "−1,234.6 GiB");
+        assert_eq!(gib(999.96 * GIB), "1,000.0 GiB");
+        assert_eq!(Sum::of(2e13).show(1234567), "123,456.7 GiB");
         assert_eq!(tokens(2048), "2K");
         assert_eq!(tokens(1536), "1.5K");
         assert_eq!(tokens(131072), "128K");

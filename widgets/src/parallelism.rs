@@ -10,13 +10,14 @@ use gpumem::arch::{Architecture, Family};
 use gpumem::plan::{Candidate, Plan, Request};
 use gpumem::scenario::Model;
 use gpumem::{gpu, hf, knobs, Estimate, Scenario};
+use serde_json::Value;
 use web_sys::{HtmlInputElement, HtmlTextAreaElement};
 use yew::prelude::*;
 
 use crate::allocator::{legend, precision_label, use_checked_set, use_knobs, use_live_marker};
 use crate::chart::{el, grid, n, settings, ticks, use_toolbar, use_width, verdict_p};
 use crate::controls::{radio_group, select};
-use crate::format::{gib, params, tokens, Sum};
+use crate::format::{count, gib, params, tokens, Sum};
 use crate::parts::{self, Slice};
 use crate::{Init, Knobs};
 
@@ -77,10 +78,10 @@ fn field_value(a: &Architecture, field: &str) -> u64 {
 }
 
 /// The knobs with one architecture field changed: the model becomes an `arch` knob.
-pub fn with_field(k: &Knobs, a: &Architecture, field: &str, v: u64) -> Knobs {
+pub fn with_field(k: &Knobs, a: &Architecture, field: &str, v: Value) -> Knobs {
     let mut cfg = hf::to_hf_config(a);
     if let Some(key) = hf_key(a.family, field) {
-        cfg.insert(key.into(), v.into());
+        cfg.insert(key.into(), v);
     }
     k.without("model")
         .without("params")
@@ -156,12 +157,12 @@ fn secs(x: f64) -> String {
 /// A labelled whole-number input, applied when the reader commits the number (Enter,
 /// leaving the field, the spinner's arrows), not on every key: "16" is typed as 1 then 6, and
 /// 1 is a layout of its own.
-fn num(id: String, label: &'static str, value: u64, on_change: Callback<u64>) -> Html {
+/// What the reader typed goes to the engine as it is: what it refuses ("-2", "1.5", nothing)
+/// is said, and the field goes back to the value in use.
+fn num(id: String, label: &'static str, value: u64, on_change: Callback<String>) -> Html {
     let onchange = Callback::from(move |e: Event| {
         let el: HtmlInputElement = e.target_unchecked_into();
-        if let Ok(v) = el.value().trim().parse::<u64>() {
-            on_change.emit(v);
-        }
+        on_change.emit(el.value().trim().to_string());
     });
     html! {
         <div class="gm-control gm-num-input">
@@ -309,9 +310,10 @@ pub fn use_parallelism(init: &Init) -> Html {
     });
     let p = &s.parallel;
     let gpus = p.dp * p.tp * p.pp * p.cp * p.ep;
+    let gpus_t = count(gpus);
     let knob = |key: &'static str| {
         let (k, try_set) = (k.clone(), try_set.clone());
-        Callback::from(move |v: u64| try_set.emit(k.with(key, v.to_string())))
+        Callback::from(move |v: String| try_set.emit(k.with(key, v)))
     };
     let choice = |key: &'static str| {
         let (k, try_set) = (k.clone(), try_set.clone());
@@ -364,7 +366,10 @@ pub fn use_parallelism(init: &Init) -> Html {
                     let on_change = {
                         let (k, try_set, a) = (k.clone(), try_set.clone(), a.clone());
                         let f = *f;
-                        Callback::from(move |v: u64| try_set.emit(with_field(&k, &a, f, v)))
+                        Callback::from(move |v: String| {
+                            let v = serde_json::from_str(&v).unwrap_or(Value::String(v));
+                            try_set.emit(with_field(&k, &a, f, v))
+                        })
                     };
                     let mut field = num(init.id(f), label, field_value(a, f), on_change);
                     // Keyed: a field that comes or goes (a mixture of experts' two) leaves
@@ -459,7 +464,7 @@ pub fn use_parallelism(init: &Init) -> Html {
     let plan_rows: Html = match &*plan {
         None => html! { <tr><td colspan="8">{ "The planner needs an architecture and a training run." }</td></tr> },
         Some(pl) if pl.best.is_empty() => html! {
-            <tr><td colspan="8">{ format!("No layout of {gpus} GPUs fits ({} considered).", pl.considered) }</td></tr>
+            <tr><td colspan="8">{ format!("No layout of {gpus_t} GPUs fits ({} considered).", count(pl.considered)) }</td></tr>
         },
         Some(pl) => pl
             .best
@@ -509,8 +514,8 @@ pub fn use_parallelism(init: &Init) -> Html {
     };
     let plan_caption = match &*plan {
         Some(pl) => format!(
-            "Layouts of {gpus} GPUs for a global batch of {} sequences: {} of {} fit. The fastest (up to {TOP}) are listed, by the planner's cost model.",
-            pl.global_batch, pl.fitting, pl.considered
+            "Layouts of {gpus_t} GPUs for a global batch of {} sequences: {} of {} fit. The fastest (up to {TOP}) are listed, by the planner's cost model.",
+            count(pl.global_batch), count(pl.fitting), count(pl.considered)
         ),
         None => String::new(),
     };
@@ -523,7 +528,7 @@ pub fn use_parallelism(init: &Init) -> Html {
         .map(|st| format!(" (stage {}, the fullest)", st.stage))
         .unwrap_or_default();
     let summary = format!(
-        "{} on {gpus} GPUs (data {} × tensor {} × pipeline {} × context {} × expert {}), micro-batch {} × sequence {}: {} per GPU{worst} of {} — {}.",
+        "{} on {gpus_t} GPUs (data {} × tensor {} × pipeline {} × context {} × expert {}), micro-batch {} × sequence {}: {} per GPU{worst} of {} — {}.",
         e.model,
         p.dp,
         p.tp,
@@ -551,7 +556,7 @@ pub fn use_parallelism(init: &Init) -> Html {
             aria-describedby={summary_id.clone()}>
             <figcaption class="gm-head" id={title_id}>
                 <span class="gm-title">{ "5D parallelism: memory per GPU" }</span>
-                <span class="gm-sub">{ format!("{} · {gpus} GPUs · {} · b={} · s={}", e.model, e.gpu, s.batch, tokens(s.seq)) }</span>
+                <span class="gm-sub">{ format!("{} · {gpus_t} GPUs · {} · b={} · s={}", e.model, e.gpu, s.batch, tokens(s.seq)) }</span>
             </figcaption>
             <div class="gm-panels">
                 <fieldset class="gm-panel">
@@ -577,7 +582,7 @@ pub fn use_parallelism(init: &Init) -> Html {
                     { select(init.id("gpu"), "GPU", gpu_opts, gpu_sel, on_gpu) }
                 </fieldset>
                 <fieldset class="gm-panel">
-                    <legend>{ format!("Parallelism: {gpus} GPUs") }</legend>
+                    <legend>{ format!("Parallelism: {gpus_t} GPUs") }</legend>
                     { num(init.id("dp"), "Data (dp)", p.dp, knob("dp")) }
                     { num(init.id("tp"), "Tensor + sequence (tp)", p.tp, knob("tp")) }
                     { num(init.id("pp"), "Pipeline (pp)", p.pp, knob("pp")) }
@@ -633,7 +638,7 @@ mod tests {
         let Model::Arch { arch, .. } = &s.model else {
             panic!()
         };
-        let n = with_field(&base, arch, "layers", 16);
+        let n = with_field(&base, arch, "layers", 16.into());
         let Model::Arch { arch: b, .. } = n.scenario().unwrap().model else {
             panic!()
         };

@@ -64,6 +64,13 @@ pub fn show(e: &Estimate, q: &str, format: &str) -> String {
         "scaled" => params(v.max(0.0) as u64),
         "per-param" => short((v / e.params.max(1) as f64 * 100.0).round() / 100.0),
         _ if counted => params(v as u64),
+        // As the verdicts and the formula have it: the capacity less the device total, each
+        // as shown.
+        _ if q == "headroom" => {
+            let (cap, dev) = (e.capacity_bytes as f64, e.device_bytes as f64);
+            let sum = Sum::of(cap.max(dev));
+            sum.show(sum.units(cap) - sum.units(dev))
+        }
         _ => gib(v),
     }
 }
@@ -363,20 +370,23 @@ pub fn substitute(s: &Scenario, e: &Estimate, q: &str) -> Option<String> {
             let total = e.device_bytes as f64;
             let sum = Sum::of(total);
             // The widgets do not replay the caching allocator: no cache term (chapter 6).
-            let t = sum.texts(
-                &[
-                    e.peak_bytes as f64,
-                    e.cuda_context_bytes as f64,
-                    e.managed_bytes as f64,
-                ],
-                total,
+            // M_peak reads as it does on its own line; the rest takes up the rounding.
+            let peak = sum.units(e.peak_bytes as f64);
+            let t = sum.parts_to(
+                &[e.cuda_context_bytes as f64, e.managed_bytes as f64],
+                sum.units(total) - peak,
             );
             let paged = if e.managed_bytes > 0 {
-                format!(" + {} (paged optimizer states)", t[2])
+                format!(" + {} (paged optimizer states)", sum.show(t[1]))
             } else {
                 String::new()
             };
-            format!("M_device = {} + {}{paged} = {}", t[0], t[1], sum.gib(total))
+            format!(
+                "M_device = {} + {}{paged} = {}",
+                sum.show(peak),
+                sum.show(t[0]),
+                sum.gib(total)
+            )
         }
         "headroom" => {
             let (cap, dev) = (e.capacity_bytes as f64, e.device_bytes as f64);
@@ -423,6 +433,58 @@ mod tests {
         let s = k.scenario().unwrap();
         let e = gpumem::estimate(&s).unwrap();
         (s, e)
+    }
+
+    /// A quantity reads the same wherever it appears: M_peak as a term of M_device as on its
+    /// own line, the headroom in prose as in the formula (and the verdicts); and the terms
+    /// of M_device as shown add up to it as shown. Over a grid where rounding the parts and
+    /// the totals apart disagrees somewhere.
+    #[test]
+    fn a_quantity_reads_the_same_in_every_line() {
+        let num = |t: &str| -> f64 {
+            t.trim_end_matches(" GiB")
+                .replace(',', "")
+                .replace(crate::format::MINUS, "-")
+                .parse()
+                .unwrap()
+        };
+        for model in ["deepseek-v3", "qwen2.5-72b", "llama3.1-70b", "llama3.1-8b"] {
+            for gpu in ["A100-40GB", "H100-80GB"] {
+                for (dp, tp, pp) in [("1", "1", "1"), ("16", "1", "1"), ("32", "4", "2")] {
+                    for seq in ["2k", "4k"] {
+                        let (mut s, _) = est(&[
+                            ("model", model),
+                            ("gpu", gpu),
+                            ("dp", dp),
+                            ("tp", tp),
+                            ("pp", pp),
+                            ("seq", seq),
+                        ]);
+                        // As the widgets estimate: the caching allocator not replayed.
+                        s.allocator.replay = false;
+                        let e = gpumem::estimate(&s).unwrap();
+                        let peak = substitute(&s, &e, "peak").unwrap();
+                        let total = peak.rsplit(" = ").next().unwrap();
+                        let device = substitute(&s, &e, "device").unwrap();
+                        let (terms, shown) =
+                            device["M_device = ".len()..].split_once(" = ").unwrap();
+                        assert!(
+                            terms.starts_with(&format!("{total} + ")),
+                            "{peak}\n{device}"
+                        );
+                        assert_eq!(shown, gib(e.device_bytes as f64));
+                        let sum: f64 = terms.split(" + ").map(num).sum();
+                        assert!((sum - num(shown)).abs() < 1e-6, "{device}");
+                        let formula = substitute(&s, &e, "headroom").unwrap();
+                        let prose = show(&e, "headroom", "");
+                        assert!(
+                            formula.ends_with(&format!(" = {prose}")),
+                            "{formula} vs {prose}"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     /// Each substitution's terms multiply out to the engine's figure.
