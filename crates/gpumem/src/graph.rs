@@ -2253,9 +2253,17 @@ impl<'c, 'a> Builder<'c, 'a> {
         }
     }
 
-    /// A stretch's input of `bytes` (a tensor the previous stretch made, e.g. the logits).
-    pub fn input_bytes(&mut self, bytes: f64, d: DType, rg: bool, cat: Cat) -> Tid {
-        let t = self.tape.input_cat(bytes, rg, cat);
+    /// A stretch's input of `bytes` (a tensor the previous stretch made, e.g. the logits),
+    /// named as that stretch names it.
+    pub fn input_bytes(
+        &mut self,
+        bytes: f64,
+        d: DType,
+        rg: bool,
+        cat: Cat,
+        name: &'static str,
+    ) -> Tid {
+        let t = self.tape.input_cat(bytes, rg, cat, name);
         self.reg(t, d)
     }
 

@@ -210,6 +210,40 @@ mod tests {
         crate::knobs::scenario(knobs.iter().copied()).unwrap()
     }
 
+    /// The logits' gradient has one name: the ledger's, and the op timeline's where the
+    /// loss's backward makes it and where the LM head's backward frees it (it had been
+    /// "input" in the one and "lm_head" in the other).
+    #[test]
+    fn the_logits_gradient_has_one_name_in_the_ledger_and_the_timeline() {
+        for model in ["llama3.1-8b", "gpt2", "gemma-2-9b"] {
+            let s = scenario(&[
+                ("model", model),
+                ("batch", "1"),
+                ("seq", "1k"),
+                ("precision", "bf16"),
+            ]);
+            let rows = loss(&s).unwrap();
+            let grad = rows
+                .iter()
+                .find(|r| r.role.starts_with("grad of ") && r.dtype == Some(DType::Bf16))
+                .unwrap_or_else(|| panic!("{model}: {rows:?}"));
+            let name = &grad.role["grad of ".len()..];
+            assert_ne!(name, "input", "{model}");
+            let points = crate::timeline::op_timeline(&s).unwrap().points;
+            let made = points
+                .iter()
+                .find(|p| {
+                    p.role == "grad of input" && p.at.what == grad.op && p.bytes == grad.bytes
+                })
+                .unwrap_or_else(|| panic!("{model}: {} made nowhere", grad.op));
+            let freed = points
+                .iter()
+                .find(|p| p.role == "grad of output" && p.bytes == -grad.bytes)
+                .unwrap_or_else(|| panic!("{model}: freed nowhere"));
+            assert_eq!((made.tensor, freed.tensor), (name, name), "{model}");
+        }
+    }
+
     /// The layer's ledger adds up to what one layer keeps through the forward.
     #[test]
     fn a_layers_saved_tensors_add_up_to_what_it_keeps() {

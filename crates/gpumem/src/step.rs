@@ -244,6 +244,7 @@ impl Stretches {
         let (logits, logits_dtype) = hb.head_logits(x);
         let logits_rg = hb.tape.requires_grad(logits);
         let logits_bytes = hb.tape.bytes(logits);
+        let logits_name = hb.tape.name_of(logits);
         let head = run(hb, tape::Mode::Normal.or_nograd(mode));
         b.clear();
         let lb = &mut b;
@@ -254,7 +255,7 @@ impl Stretches {
             crate::scenario::Loss::Standard => Cat::Logits,
             crate::scenario::Loss::Fused => Cat::Activations,
         };
-        let l = lb.input_bytes(logits_bytes, logits_dtype, logits_rg, cat);
+        let l = lb.input_bytes(logits_bytes, logits_dtype, logits_rg, cat, logits_name);
         let lo = lb.loss(l);
         // The loss itself, which the caller holds with the logits (`out.loss`).
         let loss_out = Bytes::of(lb.tape.cat(lo), lb.tape.bytes(lo));

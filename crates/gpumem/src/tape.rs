@@ -490,12 +490,18 @@ impl Tape {
 
     /// The stretch's input: already in memory when the stretch starts.
     pub fn input(&mut self, bytes: f64, rg: bool) -> Tid {
-        self.input_cat(bytes, rg, Cat::Activations)
+        self.input_cat(bytes, rg, Cat::Activations, "input")
     }
 
-    /// An input counted as `cat` (the logits a loss stretch takes).
-    pub fn input_cat(&mut self, bytes: f64, rg: bool, cat: Cat) -> Tid {
-        self.new_storage(bytes, rg, true, cat, "input")
+    /// An input counted as `cat` and named as the stretch that made it names it (the
+    /// logits a loss stretch takes: `lm_head`).
+    pub fn input_cat(&mut self, bytes: f64, rg: bool, cat: Cat, name: &'static str) -> Tid {
+        self.new_storage(bytes, rg, true, cat, name)
+    }
+
+    /// The name of what made `t` (its op, or `input`).
+    pub fn name_of(&self, t: Tid) -> &'static str {
+        self.storages[self.tensors[t].storage].name
     }
 
     fn storage_mut(&mut self, t: Tid) -> &mut Storage {
