@@ -1711,6 +1711,64 @@ fn copy_link_says_what_happened_and_shows_the_link_when_it_could_not_copy() {
     });
 }
 
+/// The sweep's axis, which is not a knob, comes back from a copied link: the toggle writes
+/// it into the URL (`scale=log`) beside the knobs, and a page opened at that URL starts on it;
+/// a value other than `log` or `linear` is ignored.
+#[test]
+fn a_copied_link_brings_the_sweeps_axis_back() {
+    let c = Chrome::start().unwrap_or_else(|e| panic!("{e}"));
+    c.goto(&format!("{}/budget.html?batch=2", served()))
+        .unwrap();
+    wait_widget(&c, "sweep");
+    let pressed = "return document.querySelector('[data-widget=sweep] [role=radio][aria-checked=true]').textContent";
+    assert_eq!(c.eval(pressed, json!([])).unwrap(), "linear");
+    c.click(
+        &c.find("[data-widget=sweep] [role=radio][data-i='1']")
+            .unwrap(),
+    )
+    .unwrap();
+    wait_url(&c, "location.search.includes('scale=log')");
+    assert!(c
+        .eval("return location.search", json!([]))
+        .unwrap()
+        .as_str()
+        .unwrap()
+        .contains("batch=2"));
+    // A knob changed afterwards keeps the axis in the URL.
+    c.eval(
+        "document.dispatchEvent(new CustomEvent('gpumem:set', {detail: {batch: 3}})); return true",
+        json!([]),
+    )
+    .unwrap();
+    wait_url(
+        &c,
+        "location.search.includes('batch=3') && location.search.includes('scale=log')",
+    );
+    let link = c.eval("return location.href", json!([])).unwrap();
+    c.goto(link.as_str().unwrap()).unwrap();
+    wait_widget(&c, "sweep");
+    c.wait_for(
+        &format!("{pressed} === 'log (doublings)'"),
+        Duration::from_secs(10),
+    )
+    .unwrap_or_else(|e| panic!("{e}: {}", c.eval(pressed, json!([])).unwrap()));
+    // Back to linear, and a link with a hostile value: the page's own axis.
+    c.click(
+        &c.find("[data-widget=sweep] [role=radio][data-i='0']")
+            .unwrap(),
+    )
+    .unwrap();
+    wait_url(&c, "location.search.includes('scale=linear')");
+    c.goto(&format!(
+        "{}/budget.html?scale=%3Cimg%20src=x%20onerror=alert(1)%3E",
+        served()
+    ))
+    .unwrap();
+    wait_widget(&c, "sweep");
+    assert_eq!(c.eval(pressed, json!([])).unwrap(), "linear");
+    assert_no_console_errors(&c);
+}
+
 /// A long fast drag leaves the URL at the slider's last value. The URL is written once the
 /// knobs rest, not on every change: Chromium ignores `history.replaceState` past 200 calls
 /// in 10 s ("Throttling navigation"), which left the URL at the drag's 200th value.

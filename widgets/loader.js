@@ -6,6 +6,22 @@ import init, { near } from "./gpumem_widgets.js";
 const REST_MS = 120;
 
 if (document.querySelector("[data-gpumem]")) {
+  // The sweep's axis, which a copied link carries (`scale=log`, written by the widget), as
+  // the sweeps' own option; any other value is ignored.
+  const scale = new URLSearchParams(location.search).get("scale");
+  if (scale === "log" || scale === "linear") {
+    for (const host of document.querySelectorAll("[data-gpumem]")) {
+      try {
+        const i = JSON.parse(host.dataset.gpumem);
+        if (i.widget === "sweep") {
+          i.options = Object.assign({}, i.options, { scale });
+          host.dataset.gpumem = JSON.stringify(i);
+        }
+      } catch (e) {
+        // A host whose JSON does not read is refused by the widgets themselves.
+      }
+    }
+  }
   const module_or_path = new URL("gpumem_widgets_bg.wasm", import.meta.url);
   init({ module_or_path })
     .then(() => {

@@ -289,18 +289,35 @@ pub mod url {
     }
 
     fn write(k: &Knobs) {
+        // Keep parameters that are not knobs (mdBook's `search`, `highlight`, …).
+        rewrite(
+            &|key| !gpumem::knobs::KNOBS.contains(&key),
+            &super::to_query(k),
+        );
+    }
+
+    /// The sweep's axis, which is not a knob, carried by the URL (`scale=log` or
+    /// `scale=linear`) so that a copied link brings it back: `loader.js` hands it to the
+    /// sweep as its `scale` option when the page starts.
+    pub fn set_scale(log: bool) {
+        rewrite(
+            &|k| k != "scale",
+            if log { "scale=log" } else { "scale=linear" },
+        );
+    }
+
+    /// The URL with the parameters `keep` keeps, then `ours`.
+    fn rewrite(keep: &dyn Fn(&str) -> bool, ours: &str) {
         let Some(w) = web_sys::window() else {
             return;
         };
         let loc = w.location();
         let mut url = loc.pathname().unwrap_or_default();
         let mut sep = '?';
-        // Keep parameters that are not knobs (mdBook's `search`, `highlight`, …).
         let search = loc.search().unwrap_or_default();
-        let ours = super::to_query(k);
         for p in search.trim_start_matches('?').split('&') {
             let key = p.split('=').next().unwrap_or("");
-            if !p.is_empty() && !gpumem::knobs::KNOBS.contains(&key) {
+            if !p.is_empty() && keep(key) {
                 url.push(sep);
                 url.push_str(p);
                 sep = '&';
@@ -308,7 +325,7 @@ pub mod url {
         }
         if !ours.is_empty() {
             url.push(sep);
-            url.push_str(&ours);
+            url.push_str(ours);
         }
         url.push_str(&loc.hash().unwrap_or_default());
         if let Ok(h) = w.history() {

@@ -221,6 +221,7 @@ pub fn use_sweep(init: &Init) -> Html {
     let toolbar = use_toolbar(init, settings(&k));
     let axis_name = init.option("axis").unwrap_or("seq");
     let (knob, lo, hi, log_default) = axis(axis_name);
+    // The page's choice, or the reader's that the URL carries (`loader.js` puts it in).
     let scale = use_state(|| match init.option("scale") {
         Some(s) => s == "log",
         None => log_default,
@@ -398,7 +399,11 @@ pub fn use_sweep(init: &Init) -> Html {
     let cap_label = format!("{gpu} {}", gib(cap));
     let on_scale = {
         let scale = scale.clone();
-        Callback::from(move |v: String| scale.set(v == "log"))
+        Callback::from(move |v: String| {
+            #[cfg(target_arch = "wasm32")]
+            crate::store::url::set_scale(v == "log");
+            scale.set(v == "log")
+        })
     };
     let over_x = first.as_ref().map(|c| pos(c.0 as f64));
     // The capacity's name at the left, or at the right where the "stops fitting" line would
