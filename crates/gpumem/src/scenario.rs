@@ -939,11 +939,7 @@ fn parse_parallel(v: &Value) -> Result<Parallel> {
     if total > MAX_GPUS {
         return Err(Error::new(
             "parallel",
-            format!(
-                "dp × tp × pp × cp × ep = {} GPUs is beyond the supported {}",
-                crate::num::thousands(total),
-                crate::num::thousands(MAX_GPUS)
-            ),
+            format!("dp × tp × pp × cp × ep = {total} GPUs is beyond the supported {MAX_GPUS}"),
         ));
     }
     if let Some(n) = o.u64_opt("gpus")? {
