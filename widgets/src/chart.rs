@@ -38,9 +38,9 @@ pub fn tick_label(bytes: f64) -> String {
     if g == 0.0 {
         "0".into()
     } else if (g - g.round()).abs() < 1e-9 {
-        format!("{} GiB", fixed(g, 0))
+        format!("{} GiB", crate::format::signed(g, 0))
     } else {
-        format!("{} GiB", fixed(g, 1))
+        format!("{} GiB", crate::format::signed(g, 1))
     }
 }
 

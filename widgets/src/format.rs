@@ -254,6 +254,9 @@ mod tests {
         assert_eq!(gib(-1234.56 * GIB), "−1,234.6 GiB");
         assert_eq!(gib(999.96 * GIB), "1,000.0 GiB");
         assert_eq!(Sum::of(2e13).show(1234567), "123,456.7 GiB");
+        // Axis ticks and the ledger's sizes group their digits the same way.
+        assert_eq!(crate::chart::tick_label(20000.0 * GIB), "20,000 GiB");
+        assert_eq!(crate::chart::tick_label(2500.5 * GIB), "2,500.5 GiB");
         assert_eq!(tokens(2048), "2K");
         assert_eq!(tokens(1536), "1.5K");
         assert_eq!(tokens(131072), "128K");

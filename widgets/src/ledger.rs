@@ -7,16 +7,16 @@ use std::fmt::Write;
 use yew::prelude::*;
 
 use crate::allocator::{use_knobs, use_live_marker};
-use crate::format::{count, escape_attr as esc, gib, tokens, Sum};
+use crate::format::{count, escape_attr as esc, gib, signed, tokens, Sum};
 use crate::Init;
 
 fn mib(b: f64) -> String {
     if b >= 1073741824.0 {
         gib(b)
     } else if b >= 1048576.0 {
-        format!("{} MiB", gpumem::num::fixed(b / 1048576.0, 1))
+        format!("{} MiB", signed(b / 1048576.0, 1))
     } else {
-        format!("{} KiB", gpumem::num::fixed(b / 1024.0, 1))
+        format!("{} KiB", signed(b / 1024.0, 1))
     }
 }
 

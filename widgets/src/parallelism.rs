@@ -310,7 +310,7 @@ pub fn use_parallelism(init: &Init) -> Html {
     });
     let p = &s.parallel;
     let gpus = p.dp * p.tp * p.pp * p.cp * p.ep;
-    let gpus_t = count(gpus);
+    let gpus_t = format!("{} GPU{}", count(gpus), if gpus == 1 { "" } else { "s" });
     let knob = |key: &'static str| {
         let (k, try_set) = (k.clone(), try_set.clone());
         Callback::from(move |v: String| try_set.emit(k.with(key, v)))
@@ -464,7 +464,7 @@ pub fn use_parallelism(init: &Init) -> Html {
     let plan_rows: Html = match &*plan {
         None => html! { <tr><td colspan="8">{ "The planner needs an architecture and a training run." }</td></tr> },
         Some(pl) if pl.best.is_empty() => html! {
-            <tr><td colspan="8">{ format!("No layout of {gpus_t} GPUs fits ({} considered).", count(pl.considered)) }</td></tr>
+            <tr><td colspan="8">{ format!("No layout of {gpus_t} fits ({} considered).", count(pl.considered)) }</td></tr>
         },
         Some(pl) => pl
             .best
@@ -514,7 +514,7 @@ pub fn use_parallelism(init: &Init) -> Html {
     };
     let plan_caption = match &*plan {
         Some(pl) => format!(
-            "Layouts of {gpus_t} GPUs for a global batch of {} sequences: {} of {} fit. The fastest (up to {TOP}) are listed, by the planner's cost model.",
+            "Layouts of {gpus_t} for a global batch of {} sequences: {} of {} fit. The fastest (up to {TOP}) are listed, by the planner's cost model.",
             count(pl.global_batch), count(pl.fitting), count(pl.considered)
         ),
         None => String::new(),
@@ -528,7 +528,7 @@ pub fn use_parallelism(init: &Init) -> Html {
         .map(|st| format!(" (stage {}, the fullest)", st.stage))
         .unwrap_or_default();
     let summary = format!(
-        "{} on {gpus_t} GPUs (data {} × tensor {} × pipeline {} × context {} × expert {}), micro-batch {} × sequence {}: {} per GPU{worst} of {} — {}.",
+        "{} on {gpus_t} (data {} × tensor {} × pipeline {} × context {} × expert {}), micro-batch {} × sequence {}: {} per GPU{worst} of {} — {}.",
         e.model,
         p.dp,
         p.tp,
@@ -556,7 +556,7 @@ pub fn use_parallelism(init: &Init) -> Html {
             aria-describedby={summary_id.clone()}>
             <figcaption class="gm-head" id={title_id}>
                 <span class="gm-title">{ "5D parallelism: memory per GPU" }</span>
-                <span class="gm-sub">{ format!("{} · {gpus_t} GPUs · {} · b={} · s={}", e.model, e.gpu, s.batch, tokens(s.seq)) }</span>
+                <span class="gm-sub">{ format!("{} · {gpus_t} · {} · b={} · s={}", e.model, e.gpu, s.batch, tokens(s.seq)) }</span>
             </figcaption>
             <div class="gm-panels">
                 <fieldset class="gm-panel">
@@ -582,7 +582,7 @@ pub fn use_parallelism(init: &Init) -> Html {
                     { select(init.id("gpu"), "GPU", gpu_opts, gpu_sel, on_gpu) }
                 </fieldset>
                 <fieldset class="gm-panel">
-                    <legend>{ format!("Parallelism: {gpus_t} GPUs") }</legend>
+                    <legend>{ format!("Parallelism: {gpus_t}") }</legend>
                     { num(init.id("dp"), "Data (dp)", p.dp, knob("dp")) }
                     { num(init.id("tp"), "Tensor + sequence (tp)", p.tp, knob("tp")) }
                     { num(init.id("pp"), "Pipeline (pp)", p.pp, knob("pp")) }
