@@ -418,6 +418,8 @@ mod tests {
         assert_eq!(read(" 12.3 GiB", Unit::Gib), Some(12.3));
         assert_eq!(read("8,191", Unit::Tokens), Some(8191.0));
         assert_eq!(read("1,048,576", Unit::Tokens), Some(1048576.0));
+        // A size as the widgets print it, thousands grouped.
+        assert_eq!(read("17,441.0 GiB", Unit::Gib), Some(17441.0));
         for comma in ["59,8", "59,80", "1,0245", "12,"] {
             assert_eq!(read(comma, Unit::Gib), None, "{comma}");
         }
