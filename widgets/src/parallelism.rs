@@ -157,6 +157,7 @@ fn secs(x: f64) -> String {
 /// A labelled whole-number input, applied when the reader commits the number (Enter,
 /// leaving the field, the spinner's arrows), not on every key: "16" is typed as 1 then 6, and
 /// 1 is a layout of its own.
+///
 /// What the reader typed goes to the engine as it is: what it refuses ("-2", "1.5", nothing)
 /// is said, and the field goes back to the value in use.
 fn num(id: String, label: &'static str, value: u64, on_change: Callback<String>) -> Html {
@@ -311,10 +312,7 @@ pub fn use_parallelism(init: &Init) -> Html {
     let p = &s.parallel;
     let gpus = p.dp * p.tp * p.pp * p.cp * p.ep;
     let gpus_t = format!("{} GPU{}", count(gpus), if gpus == 1 { "" } else { "s" });
-    let knob = |key: &'static str| {
-        let (k, try_set) = (k.clone(), try_set.clone());
-        Callback::from(move |v: String| try_set.emit(k.with(key, v)))
-    };
+    // A knob set to what a control holds: a menu's choice, or a number field's text as typed.
     let choice = |key: &'static str| {
         let (k, try_set) = (k.clone(), try_set.clone());
         Callback::from(move |v: String| try_set.emit(k.with(key, v)))
@@ -574,20 +572,20 @@ pub fn use_parallelism(init: &Init) -> Html {
                 </fieldset>
                 <fieldset class="gm-panel">
                     <legend>{ "Training" }</legend>
-                    { num(init.id("batch"), "Micro-batch", s.batch, knob("batch")) }
+                    { num(init.id("batch"), "Micro-batch", s.batch, choice("batch")) }
                     { select(init.id("seq"), "Sequence", seqs, s.seq.to_string(), choice("seq")) }
-                    { num(init.id("accum"), "Gradient accumulation", p.grad_accum.max(1), knob("grad-accum")) }
+                    { num(init.id("accum"), "Gradient accumulation", p.grad_accum.max(1), choice("grad-accum")) }
                     { select(init.id("precision"), "Precision", precisions, precision, choice("precision")) }
                     { select(init.id("recompute"), "Recomputation", opts(&[("none", "none"), ("selective", "selective"), ("full", "full")]), k.get("recompute").unwrap_or("none").to_string(), choice("recompute")) }
                     { select(init.id("gpu"), "GPU", gpu_opts, gpu_sel, on_gpu) }
                 </fieldset>
                 <fieldset class="gm-panel">
                     <legend>{ format!("Parallelism: {gpus_t}") }</legend>
-                    { num(init.id("dp"), "Data (dp)", p.dp, knob("dp")) }
-                    { num(init.id("tp"), "Tensor + sequence (tp)", p.tp, knob("tp")) }
-                    { num(init.id("pp"), "Pipeline (pp)", p.pp, knob("pp")) }
-                    { num(init.id("cp"), "Context (cp)", p.cp, knob("cp")) }
-                    { num(init.id("ep"), "Expert (ep)", p.ep, knob("ep")) }
+                    { num(init.id("dp"), "Data (dp)", p.dp, choice("dp")) }
+                    { num(init.id("tp"), "Tensor + sequence (tp)", p.tp, choice("tp")) }
+                    { num(init.id("pp"), "Pipeline (pp)", p.pp, choice("pp")) }
+                    { num(init.id("cp"), "Context (cp)", p.cp, choice("cp")) }
+                    { num(init.id("ep"), "Expert (ep)", p.ep, choice("ep")) }
                     { select(init.id("framework"), "Framework", opts(&[("fsdp", "PyTorch FSDP"), ("deepspeed", "DeepSpeed"), ("megatron", "Megatron-LM")]), framework.clone(), choice("framework")) }
                     { radio_group(init.id("zero"), "Sharding", opts(zero_labels), p.zero.to_string(), choice("zero-stage")) }
                     { select(init.id("offload"), "Offload to CPU", opts(&[("none", "none"), ("optimizer", "optimizer states"), ("optimizer+params", "optimizer + parameters")]), k.get("offload").unwrap_or("none").to_string(), choice("offload")) }

@@ -32,15 +32,7 @@ fn log_u64(bits: u32) -> impl Strategy<Value = u64> {
 /// some combinations, which is fine: a refusal must then name what is wrong).
 fn scenario() -> impl Strategy<Value = Value> {
     let model = prop::sample::select(preset_names());
-    let recipe = prop::sample::select(vec![
-        "fp32",
-        "bf16",
-        "fp16",
-        "amp-bf16",
-        "amp-fp16",
-        "mixed-bf16",
-        "fp8",
-    ]);
+    let recipe = prop::sample::select(gpumem::precision::RECIPES.to_vec());
     let optimizer = prop::sample::select(gpumem::precision::Optimizer::NAMES.to_vec());
     let layout = (
         0u32..11,
