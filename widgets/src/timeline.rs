@@ -101,9 +101,10 @@ pub fn label(p: &OpPoint) -> String {
         ("", "") => String::new(),
         ("", r) => r.to_string(),
         (t, "") => t.to_string(),
-        (t, r) if t == p.at.what && r != "grad of input" && r != "grad of output" => {
-            format!("output, {r}")
-        }
+        // A gradient is named after the tensor it is for (what `t` made), the same at both
+        // ends: made as the gradient of one op's input, freed as that of its maker's output.
+        (t, r) if r.starts_with("grad of") => format!("grad of {t}"),
+        (t, r) if t == p.at.what => format!("output, {r}"),
         (t, r) => format!("{t}: {r}"),
     };
     if !tensor.is_empty() {
@@ -641,5 +642,31 @@ pub fn use_timeline(init: &Init) -> Html {
             <p class="gm-sr" id={summary_id}>{ summary }</p>
             { toolbar }
         </figure>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A gradient reads the same where it is made and where it is freed: after the tensor
+    /// it is the gradient of (before, "norm: grad of input" named the gradient of norm's
+    /// output at one end and "norm: grad of output" at the other).
+    #[test]
+    fn a_gradient_has_one_name_at_both_ends() {
+        let v = serde_json::json!({"model": "llama3.2-1b", "batch": 1, "seq": 512, "precision": "bf16"});
+        let s = gpumem::Scenario::from_value(&v).unwrap();
+        let t = gpumem::timeline::op_timeline(&s).unwrap();
+        let grads: Vec<&OpPoint> = t
+            .points
+            .iter()
+            .filter(|p| p.role.starts_with("grad of") && !p.tensor.is_empty())
+            .collect();
+        assert!(grads.iter().any(|p| p.bytes > 0.0) && grads.iter().any(|p| p.bytes < 0.0));
+        for p in grads {
+            let l = label(p);
+            assert!(l.contains(&format!(" · grad of {} · ", p.tensor)), "{l}");
+            assert!(!l.contains(": grad of"), "{l}");
+        }
     }
 }
