@@ -1,7 +1,8 @@
 //! Memory against sequence length, batch or GPU count, part by part, with the capacity line
 //! and the first value that no longer fits, found exactly (between samples, by bisection).
 //! A linear axis by default, its height zoomed to about 1.5× the GPU's capacity (what goes
-//! beyond is marked at the edge); a log axis on request.
+//! beyond is marked at the edge), or to the step's own height where it stays under a
+//! quarter of the GPU (the capacity then named above the chart); a log axis on request.
 
 use yew::prelude::*;
 
@@ -272,10 +273,17 @@ pub fn use_sweep(init: &Init) -> Html {
         None => None,
     };
     // Axes: the value axis up to about 1.5× the capacity; beyond it, marks at the edge.
+    // A step that stays under a quarter of the GPU is drawn to its own height, the
+    // capacity named above the chart (at the GPU's scale it would be a hairline).
     let narrow = w < 480.0;
     let (l, r) = if narrow { (56.0, 12.0) } else { (70.0, 20.0) };
     let top_data = cols.iter().map(|c| c.3).fold(0.0, f64::max);
-    let shown_max = top_data.min(1.5 * cap).max(cap);
+    let zoom = top_data < cap / 4.0;
+    let shown_max = if zoom {
+        top_data
+    } else {
+        top_data.min(1.5 * cap).max(cap)
+    };
     let tk = ticks_n(shown_max, if narrow { 4.0 } else { 5.0 });
     let ymax = *tk.last().unwrap_or(&shown_max);
     let (vmin, vmax) = (cols[0].0 as f64, cols[cols.len() - 1].0 as f64);
@@ -396,7 +404,7 @@ pub fn use_sweep(init: &Init) -> Html {
         gib(cols[cols.len() - 1].3),
         gib(cap)
     );
-    let cap_label = format!("{gpu} {}", gib(cap));
+    let cap_label = format!("{gpu} {}{}", gib(cap), if zoom { " ▲" } else { "" });
     let on_scale = {
         let scale = scale.clone();
         Callback::from(move |v: String| {
@@ -431,7 +439,8 @@ pub fn use_sweep(init: &Init) -> Html {
                 }) }
                 { for layers }
                 { beyond }
-                <line class="gm-capline" x1={n(l)} x2={n(w - r)} y1={n(y(cap))} y2={n(y(cap))} />
+                // Zoomed, the capacity is above the chart: no line.
+                <line class="gm-capline" x1={n(l)} x2={n(if zoom { l } else { w - r })} y1={n(y(cap))} y2={n(y(cap))} />
                 if let (Some(ox), Some(c)) = (over_x, &first) {
                     <line class="gm-overline" x1={n(ox)} x2={n(ox)} y1={n(TOP)} y2={n(BOTTOM)} />
                     <text class="gm-overlabel gm-halo" x={n(if ox > w - r - 90.0 { ox - 4.0 } else { ox + 4.0 })} y={n(TOP + 24.0)}

@@ -200,6 +200,49 @@ fn a_sweep_ends_where_the_model_does() {
     assert!(lin.contains(">768<") || lin.contains(">768 "), "{lin}");
 }
 
+/// A step far below the GPU is drawn to its own height: gpt2's 2 to 3 GiB on an 80 GB
+/// device would otherwise be a hairline under the capacity line. The capacity is then
+/// named above the chart (▲, as for what goes beyond it) without a line; a step near or
+/// over the capacity keeps the line.
+#[test]
+fn a_sweep_far_below_the_gpu_is_drawn_to_its_own_height() {
+    let capline = |html: &str| -> (String, String) {
+        let tag = html
+            .split("<line ")
+            .map(|t| &t[..t.find('>').unwrap()])
+            .find(|t| t.contains(r#"class="gm-capline""#))
+            .expect("a capacity line");
+        let attr = |a: &str| {
+            let i = tag.find(&format!("{a}=\"")).unwrap() + a.len() + 2;
+            tag[i..i + tag[i..].find('"').unwrap()].to_string()
+        };
+        (attr("x1"), attr("x2"))
+    };
+    let small = [
+        ("model", "gpt2"),
+        ("batch", "1"),
+        ("seq", "512"),
+        ("precision", "bf16"),
+    ];
+    let html = render(&init("sweep", &small, &[("axis", "seq")])).unwrap();
+    let e = est(&small);
+    assert!(e.peak_bytes * 4 < e.capacity_bytes);
+    let (x1, x2) = capline(&html);
+    assert_eq!(x1, x2, "no capacity line inside a zoomed chart: {html}");
+    assert!(
+        html.contains(&format!("H100-80GB {} ▲", gib(e.capacity_bytes as f64))),
+        "{html}"
+    );
+    assert!(
+        !html.contains(">80 GiB<") && html.contains(">1 GiB<"),
+        "{html}"
+    );
+    let html = render(&init("sweep", SMALL, &[("axis", "seq")])).unwrap();
+    let (x1, x2) = capline(&html);
+    assert_ne!(x1, x2, "{html}");
+    assert!(!html.contains(" ▲<") && html.contains(">75 GiB<"), "{html}");
+}
+
 #[test]
 fn value_and_formula_show_the_engine_numbers() {
     let e = est(SMALL);
