@@ -263,6 +263,9 @@ impl Segment {
     }
 }
 
+/// See [`Allocator::state`].
+pub(crate) type State = (Vec<(u64, u64, u8)>, u64, Vec<u64>);
+
 /// The caching allocator of one device and one stream.
 #[derive(Clone, Debug)]
 pub struct Allocator {
@@ -848,6 +851,30 @@ impl Allocator {
             self.kill(id);
             self.stats.segments -= 1;
         }
+    }
+
+    /// What decides the cache's answers from here on: every block (address, size, and
+    /// whether it is allocated, mapped, in the small pool, first of its segment) in address
+    /// order, where the next segment goes, and the addresses of `handles`. From equal
+    /// states the same requests and frees take the same blocks and segments.
+    pub(crate) fn state(&self, handles: &[u32]) -> State {
+        let live: Vec<u32> = (0..self.blocks.len() as u32)
+            .filter(|&i| self.b(i).live)
+            .collect();
+        let blocks = self
+            .by_address(live)
+            .into_iter()
+            .map(|i| {
+                let b = self.b(i);
+                let flags = u8::from(b.allocated)
+                    | u8::from(b.mapped) << 1
+                    | u8::from(b.small) << 2
+                    | u8::from(b.prev == NIL) << 3;
+                (b.addr, b.size, flags)
+            })
+            .collect();
+        let at = handles.iter().map(|&h| self.b(h).addr).collect();
+        (blocks, self.next_addr, at)
     }
 
     /// Cached free blocks in each pool: (large, small).

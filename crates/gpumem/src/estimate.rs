@@ -398,7 +398,8 @@ impl Reserved {
                 }
             }
             _ => {
-                notes.push(if s.allocator.replay {
+                // The browser's engine never replays the allocator.
+                notes.push(if s.allocator.replay && cfg!(not(target_arch = "wasm32")) {
                     "reserved memory: PyTorch's caching allocator is replayed for full training on one GPU; for this scenario the reserved and nvidia-smi figures count the allocated peak, without the allocator's fragmentation".into()
                 } else {
                     "reserved memory: the caching allocator is not replayed here; the reserved and nvidia-smi figures count the allocated peak".into()
@@ -446,10 +447,7 @@ fn unsupported_layout(s: &Scenario) -> Error {
             "LoRA and QLoRA fine-tuning are modelled on one GPU and data-parallel layouts (DDP, FSDP, ZeRO); with tensor, pipeline, context or expert parallelism, or under Megatron-LM, use full fine-tuning",
         )
     } else if par.framework == Framework::DeepSpeed {
-        (
-            "parallel.framework",
-            "DeepSpeed is modelled for ZeRO data parallelism (stages 0-3, offload); tensor, pipeline, context and expert parallelism are modelled for \"fsdp\" (PyTorch: DTensor, torch.distributed.pipelining, context_parallel) and \"megatron\"",
-        )
+        ("parallel.framework", crate::scenario::DEEPSPEED_LAYOUTS)
     } else {
         ("parallel", "this layout is not modelled")
     };
@@ -1772,7 +1770,13 @@ pub(crate) fn train_program(
     // Gradient accumulation: the later micro-batches add their gradients into those the
     // first made, in place.
     let m = s.parallel.grad_accum;
-    let later = (m > 1).then(|| build(&ctx, mode, tape::Grads::Accumulate));
+    let later = (m > 1).then(|| {
+        if scripts && cfg!(not(target_arch = "wasm32")) {
+            Stretches::scripted(&ctx, mode, tape::Grads::Accumulate)
+        } else {
+            build(&ctx, mode, tape::Grads::Accumulate)
+        }
+    });
     // Optimizer step: non-fused temporaries.
     let opt_temp = match s.optimizer {
         Optimizer::Adafactor => largest_param(a) as f64 * s.precision.optimizer.bytes() * 2.0,
@@ -1793,7 +1797,11 @@ fn train_step(
 ) -> (f64, String, Bytes, Option<crate::alloc::stream::Outcome>) {
     // The widgets' wasm does not carry the replay (its size budget).
     let replay = cfg!(not(target_arch = "wasm32")) && crate::alloc::stream::covers(s);
-    let TrainProgram { prog: p, first, .. } = train_program(s, a, grads, grads_full, false, replay);
+    let TrainProgram {
+        prog: p,
+        first,
+        later,
+    } = train_program(s, a, grads, grads_full, false, replay);
     for (name, b) in &p.points {
         tl.push(Point {
             phase: (*name).into(),
@@ -1805,7 +1813,7 @@ fn train_step(
         bytes: base.round() as u64,
     });
     let outcome = if replay {
-        crate::alloc::stream::replay_train(s, a, &first, first.embeds_held)
+        crate::alloc::stream::replay_train(s, a, &first, later.as_ref(), first.embeds_held)
     } else {
         None
     };

@@ -253,6 +253,9 @@ impl Allocator {
     }
 }
 
+/// What DeepSpeed is modelled for (a scenario asking it for more is refused with this).
+pub(crate) const DEEPSPEED_LAYOUTS: &str = "DeepSpeed is modelled for ZeRO data parallelism (stages 0-3, offload); tensor, pipeline, context and expert parallelism are modelled for \"fsdp\" (PyTorch: DTensor, torch.distributed.pipelining, context_parallel) and \"megatron\"";
+
 const ALLOCATOR_VALUES: &str = "must be 'default', 'expandable', 'none' or {\"expandable_segments\": true|false, \"max_split_size_mb\": N}";
 
 /// The largest `max_split_size_mb` accepted (1 TiB): above any device.
@@ -670,10 +673,7 @@ impl Scenario {
             ));
         }
         if p.model_parallel() && p.framework == Framework::DeepSpeed {
-            return err(
-                "framework",
-                "DeepSpeed is modelled for ZeRO data parallelism; tensor, pipeline, context and expert parallelism are modelled for \"fsdp\" (PyTorch: DTensor, torch.distributed.pipelining, context_parallel) and \"megatron\"".into(),
-            );
+            return err("framework", DEEPSPEED_LAYOUTS.into());
         }
         if p.cp > 1 && self.attention == Attention::Eager {
             return err(

@@ -251,8 +251,16 @@ struct Inst<'s> {
     base: usize,
 }
 
-/// A training run (single GPU): `stretches` in model order (embedding, layers, head, loss).
-fn run_one(r: &mut Runner, seq: &[&Script], plan: &Plan) -> Outcome {
+/// The stretches a run plays, in model order (embedding, layers, head, loss): the first
+/// micro-batch's, and under gradient accumulation the later ones', whose backwards add
+/// into the gradients the first made (each computed one freed once added).
+struct Seq<'s> {
+    first: Vec<&'s Script>,
+    later: Option<Vec<&'s Script>>,
+}
+
+/// A training run (single GPU).
+fn run_one(r: &mut Runner, seq: &Seq<'_>, plan: &Plan) -> Outcome {
     match r.train(seq, plan) {
         Ok(()) => r.outcome(None),
         Err(e) => {
@@ -447,10 +455,10 @@ impl Runner {
         }
     }
 
-    fn train(&mut self, seq: &[&Script], plan: &Plan) -> Result<(), Oom> {
+    fn train<'s>(&mut self, run: &Seq<'s>, plan: &Plan) -> Result<(), Oom> {
         self.ws_bytes = plan.workspace;
         self.note("load");
-        let other = seq.len();
+        let other = run.first.len();
         let mut params = Vec::with_capacity(plan.params.len());
         for (i, &b) in plan.params.iter().enumerate() {
             self.owner = plan.owners.get(i).copied().unwrap_or(other);
@@ -463,19 +471,30 @@ impl Runner {
         }
         self.note("ids");
         let ids = self.malloc(plan.ids)?;
-        let mut insts = Vec::with_capacity(seq.len());
-        let mut n = 0usize;
-        for sc in seq {
-            insts.push(Inst { sc, base: n });
-            n += sc.n as usize;
-        }
-        let mut tbl = vec![NIL; n];
+        let place = |seq: &[&'s Script]| -> (Vec<Inst<'s>>, usize) {
+            let mut n = 0usize;
+            let insts = seq
+                .iter()
+                .map(|&sc| {
+                    let it = Inst { sc, base: n };
+                    n += sc.n as usize;
+                    it
+                })
+                .collect();
+            (insts, n)
+        };
+        let (first, n1) = place(&run.first);
+        let (later, n2) = run.later.as_deref().map_or((Vec::new(), 0), place);
+        let mut tbl = vec![NIL; n1.max(n2)];
         let mut grads: Vec<(usize, u32, u32)> = Vec::new();
+        // A later micro-batch's gradient of a tied LM head, until the embedding's backward
+        // adds it to its own.
+        let mut tied: Vec<u32> = Vec::new();
         let mut leftovers: Vec<u32> = Vec::new();
         let mut deferred: Vec<u32> = Vec::new();
         let mut locals: Vec<u32> = Vec::new();
         let mut states: Vec<u32> = Vec::new();
-        let last_inst = insts.len().saturating_sub(1);
+        let last_inst = first.len().saturating_sub(1);
         for step in 0..plan.steps {
             if step + 1 == plan.steps {
                 self.a.reset_peaks();
@@ -483,7 +502,23 @@ impl Runner {
                 self.best = 0;
             }
             let mut kept: Vec<u32> = Vec::new();
+            // Where each micro-batch starts: once one starts as the one before it did, the
+            // rest repeat it exactly, peaks included, and are skipped (gradient
+            // accumulation over thousands of micro-batches costs two or three).
+            let mut start = None;
             for mb in 0..plan.micro_batches.max(1) {
+                let insts = if mb > 0 && !later.is_empty() {
+                    &later
+                } else {
+                    &first
+                };
+                if mb > 0 && !self.logging() && self.snap_at.is_none() {
+                    let now = self.a.state(&kept);
+                    if start.as_ref() == Some(&now) {
+                        break;
+                    }
+                    start = Some(now);
+                }
                 // `del out` of the previous micro-batch happens when `out` is reassigned.
                 for h in kept.drain(..) {
                     self.free(h);
@@ -561,7 +596,7 @@ impl Runner {
                 for h in deferred.drain(..).chain(locals.drain(..)) {
                     self.free(h);
                 }
-                for it in &insts {
+                for it in insts {
                     for &c in &it.sc.cached {
                         let slot = it.base + c as usize;
                         self.free(tbl[slot]);
@@ -603,9 +638,18 @@ impl Runner {
                                 self.free(tbl[slot]);
                                 tbl[slot] = NIL;
                             }
+                            Kind::ParamGrad if mb > 0 => {
+                                let h = self.malloc(e.bytes)?;
+                                tied.push(h);
+                            }
                             Kind::ParamGrad => {
                                 let h = self.malloc(e.bytes)?;
                                 grads.push((k, e.id, h));
+                            }
+                            Kind::FreeTied if mb > 0 => {
+                                if let Some(h) = tied.pop() {
+                                    self.free(h);
+                                }
                             }
                             Kind::FreeTied => {
                                 // The LM head's weight gradient: the first its stretch's
@@ -770,19 +814,26 @@ pub(crate) fn covers(s: &crate::Scenario) -> bool {
         && s.precision.weights.is_float_compute()
 }
 
-/// A training run of `s` (three steps, as measured) replayed through the caching allocator.
+/// A training run of `s` (three steps, as measured) replayed through the caching allocator:
+/// its stretches as the first micro-batch plays them and, under gradient accumulation, as
+/// the later ones do (`later`, [`Grads::Accumulate`](crate::tape::Grads::Accumulate)).
 pub(crate) fn replay_train(
     s: &crate::Scenario,
     a: &crate::arch::Architecture,
     st: &crate::step::Stretches,
+    later: Option<&crate::step::Stretches>,
     embeds_hold: bool,
 ) -> Option<Outcome> {
-    replay_train_logged(s, a, st, embeds_hold, false).map(|x| x.0)
+    replay_train_logged(s, a, (st, later), embeds_hold, false).map(|x| x.0)
 }
 
-/// The architecture of `s` and its stretches replayed with their scripts, as the run's
-/// first micro-batch makes them; `None` where the replay does not cover `s`.
-fn scripted(s: &crate::Scenario) -> Option<(&crate::arch::Architecture, crate::step::Stretches)> {
+/// The stretches of a run, with their scripts: the first micro-batch's, and the later
+/// ones' under gradient accumulation.
+type Run = (crate::step::Stretches, Option<crate::step::Stretches>);
+
+/// The architecture of `s` and its stretches replayed with their scripts; `None` where the
+/// replay does not cover `s`.
+fn scripted(s: &crate::Scenario) -> Option<(&crate::arch::Architecture, Run)> {
     let crate::scenario::Model::Arch { arch, .. } = &s.model else {
         return None;
     };
@@ -795,10 +846,9 @@ fn scripted(s: &crate::Scenario) -> Option<(&crate::arch::Architecture, crate::s
     } else {
         crate::tape::Mode::Normal
     };
-    Some((
-        arch,
-        crate::step::Stretches::scripted(&ctx, mode, crate::tape::Grads::New),
-    ))
+    let make = |g| crate::step::Stretches::scripted(&ctx, mode, g);
+    let later = (s.parallel.grad_accum > 1).then(|| make(crate::tape::Grads::Accumulate));
+    Some((arch, (make(crate::tape::Grads::New), later)))
 }
 
 /// The events of the training run of `s` that [`crate::estimate`] replays, as text: `a ID
@@ -807,14 +857,14 @@ fn scripted(s: &crate::Scenario) -> Option<(&crate::arch::Architecture, crate::s
 /// outcome of replaying them one by one (an op's workspace allocated and freed, not
 /// elided).
 pub fn events(s: &crate::Scenario) -> Option<(Outcome, Vec<String>)> {
-    let (arch, st) = scripted(s)?;
-    replay_train_logged(s, arch, &st, st.embeds_held, true)
+    let (arch, (st, later)) = scripted(s)?;
+    replay_train_logged(s, arch, (&st, later.as_ref()), st.embeds_held, true)
 }
 
 fn replay_train_logged(
     s: &crate::Scenario,
     a: &crate::arch::Architecture,
-    st: &crate::step::Stretches,
+    st: (&crate::step::Stretches, Option<&crate::step::Stretches>),
     embeds_hold: bool,
     log: bool,
 ) -> Option<(Outcome, Vec<String>)> {
@@ -846,11 +896,12 @@ fn config(s: &crate::Scenario) -> Config {
 fn prepare<'s>(
     s: &crate::Scenario,
     a: &crate::arch::Architecture,
-    st: &'s crate::step::Stretches,
+    (st, later): (
+        &'s crate::step::Stretches,
+        Option<&'s crate::step::Stretches>,
+    ),
     embeds_hold: bool,
-) -> Option<(Vec<&'s Script>, Plan, usize, usize)> {
-    let sc = st.scripts.as_ref()?;
-    let loss = sc.loss.as_ref()?;
+) -> Option<(Seq<'s>, Plan, usize, usize)> {
     let p = &s.precision;
     let wb = p.weights.bytes();
     let kinds: Vec<Vec<crate::params::PTensor>> = a
@@ -865,6 +916,21 @@ fn prepare<'s>(
         .flat_map(|(i, n)| std::iter::repeat_n(i, n as usize))
         .collect();
     let keep = MAX_LAYERS.min(order.len());
+    let seq = |st: &'s crate::step::Stretches| -> Option<Vec<&'s Script>> {
+        let sc = st.scripts.as_ref()?;
+        let mut seq: Vec<&Script> = vec![&sc.emb];
+        seq.extend(order.iter().take(keep).map(|&i| &sc.layers[i]));
+        seq.push(&sc.head);
+        seq.push(sc.loss.as_ref()?);
+        Some(seq)
+    };
+    let seq = Seq {
+        first: seq(st)?,
+        later: match later {
+            Some(l) => Some(seq(l)?),
+            None => None,
+        },
+    };
     let mut params = Vec::new();
     let mut owners = Vec::new();
     let mut states_v = Vec::new();
@@ -876,14 +942,10 @@ fn prepare<'s>(
         states_v[from..].iter_mut().for_each(|x| x.1 = owner);
     };
     crate::params::embedding(a).iter().for_each(|t| add(t, 0));
-    let mut seq: Vec<&Script> = vec![&sc.emb];
     for (l, &i) in order.iter().take(keep).enumerate() {
         kinds[i].iter().for_each(|t| add(t, 1 + l));
-        seq.push(&sc.layers[i]);
     }
     crate::params::head(a).iter().for_each(|t| add(t, keep + 1));
-    seq.push(&sc.head);
-    seq.push(loss);
     if let Some(m) = p.master {
         // A separate full-precision copy of every parameter, made with the optimizer.
         let n = params.len();
@@ -934,8 +996,8 @@ fn extrapolate(out: &mut Outcome, growth: &[u64], keep: usize, total: usize) {
 /// layers' when the model is deeper than [`MAX_LAYERS`]); `None` where the replay does not
 /// cover `s`.
 pub fn segments_at_peak(s: &crate::Scenario) -> Option<Vec<super::Segment>> {
-    let (arch, st) = scripted(s)?;
-    let (seq, plan, _, _) = prepare(s, arch, &st, st.embeds_held)?;
+    let (arch, (st, later)) = scripted(s)?;
+    let (seq, plan, _, _) = prepare(s, arch, (&st, later.as_ref()), st.embeds_held)?;
     let mut first = Runner::new(config(s));
     run_one(&mut first, &seq, &plan);
     let mut again = Runner::new(config(s));
@@ -954,11 +1016,13 @@ pub fn replay_process(runs: &[crate::Scenario]) -> Vec<Option<Outcome>> {
     let mut r: Option<Runner> = None;
     let mut out = Vec::new();
     for s in runs {
-        let Some((arch, st)) = scripted(s) else {
+        let Some((arch, (st, later))) = scripted(s) else {
             out.push(None);
             continue;
         };
-        let Some((seq, plan, keep, total)) = prepare(s, arch, &st, st.embeds_held) else {
+        let Some((seq, plan, keep, total)) =
+            prepare(s, arch, (&st, later.as_ref()), st.embeds_held)
+        else {
             out.push(None);
             continue;
         };
