@@ -1151,10 +1151,22 @@ impl<'c, 'a> Builder<'c, 'a> {
             for &p in &parts {
                 self.reg(p, c);
             }
+            // generate(): the cache concatenates each layer's keys and values into tensors
+            // of its own (`torch.cat`), which attention then reads; marking the views would
+            // keep the whole projection.
+            let (k, v) = if ctx.train {
+                (parts[1], parts[2])
+            } else {
+                let k = self.op(&[parts[1]], t * h / tp, c, &[]);
+                let v = self.op(&[parts[2]], t * h / tp, c, &[]);
+                self.cache_kv(k);
+                self.cache_kv(v);
+                (k, v)
+            };
             let core = self.attention_core(
                 parts[0],
-                parts[1],
-                parts[2],
+                k,
+                v,
                 Heads {
                     heads,
                     kv_heads: heads,

@@ -147,6 +147,44 @@ fn kv_cache_is_exact_for_presets() {
     assert_eq!(e.kv_cache_bytes, 80 * 2 * 8 * 128 * 1024 * 3 * 2);
 }
 
+/// generate() holds the whole prompt's cache once the prefill ends, with or without new
+/// tokens: the peak is never below the weights and that cache, for every preset (GPT-2's
+/// prefill kept no cache, so that without new tokens its peak was below the two; found by
+/// a fuzzing run). A debug build also checks each timeline point against the peak.
+#[test]
+fn the_prefill_holds_the_cache_for_every_preset() {
+    let mut checked = 0;
+    for p in gpumem::presets::all() {
+        for new_tokens in [0, 1] {
+            let v = json!({"model": p.name, "mode": "inference", "batch": 2, "seq": 512,
+                "new_tokens": new_tokens, "precision": "bf16"});
+            let Ok(s) = Scenario::from_value(&v) else {
+                continue;
+            };
+            let Ok(e) = estimate(&s) else { continue };
+            checked += 1;
+            let prefill_cache = e
+                .timeline
+                .iter()
+                .find(|t| t.phase.starts_with("after prefill"))
+                .expect("a point after the prefill")
+                .bytes;
+            assert!(e.peak_bytes >= prefill_cache, "{} +{new_tokens}", p.name);
+            if new_tokens == 0 {
+                assert!(
+                    e.peak_bytes >= e.weights_bytes + e.kv_cache_bytes,
+                    "{}: {} < {} + {}",
+                    p.name,
+                    e.peak_bytes,
+                    e.weights_bytes,
+                    e.kv_cache_bytes
+                );
+            }
+        }
+    }
+    assert!(checked > 40, "{checked}");
+}
+
 /// LoRA trains only adapters: a tiny trainable count, no grads for the base.
 #[test]
 fn lora_and_qlora() {
