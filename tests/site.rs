@@ -146,6 +146,47 @@ fn nothing_in_the_site_points_at_another_host() {
     }
 }
 
+/// Every "Cite this section" names a page the site has and an anchor on it (the opening
+/// page's pointed at README.html, which mdBook publishes as index.html), and the opening
+/// page is not cited as a chapter of the book it opens.
+#[test]
+fn every_citation_points_at_a_page_and_section_the_site_has() {
+    let dest = &site().dest;
+    let mut cited = 0;
+    for e in std::fs::read_dir(dest).unwrap().flatten() {
+        let p = e.path();
+        if p.extension().and_then(|x| x.to_str()) != Some("html") || p.ends_with("print.html") {
+            continue;
+        }
+        let text = read(&p);
+        for tag in text
+            .split("<details class=\"gm-cite\" data-href=\"")
+            .skip(1)
+        {
+            let href = &tag[..tag.find('"').unwrap()];
+            let (page, id) = href.split_once('#').expect("a section anchor");
+            let target = read(&dest.join(page));
+            assert!(
+                target.contains(&format!("id=\"{id}\"")),
+                "{}: cites {href}, which has no such section",
+                p.display()
+            );
+            cited += 1;
+        }
+        assert!(
+            !text.contains("In <cite>Where GPU memory goes</cite>, Where GPU memory goes"),
+            "{}",
+            p.display()
+        );
+    }
+    assert!(cited > 40, "{cited} citations");
+    let index = read(&dest.join("index.html"));
+    assert!(
+        index.contains("data-href=\"index.html#"),
+        "the opening page cites itself"
+    );
+}
+
 #[test]
 fn a_bad_directive_fails_the_build_with_file_and_line_and_keeps_the_old_site() {
     let tmp = std::env::temp_dir().join(format!("gpumem-badbook-{}", std::process::id()));

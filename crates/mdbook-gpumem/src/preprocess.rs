@@ -285,20 +285,24 @@ pub fn cite_sections(
         let key = format!("gpumem-{}-{id}", page.trim_end_matches(".html"));
         let url = format!("<span class=\"gm-cite-url\">{}</span>", esc(&href));
         let day = format!("<span class=\"gm-cite-date\">{}</span>", esc(&c.built));
+        // The book's own opening page (named as the book) is not a chapter of it.
+        let (in_chapter, chapter_of) = if chapter == c.book {
+            (String::new(), String::new())
+        } else {
+            (format!(", {}", esc(chapter)), format!("{}, ", esc(chapter)))
+        };
         let plain = format!(
-            "{}. “{}”. In <cite>{}</cite>, {}. Version {}, built {}. {url} (accessed {day}).",
+            "{}. “{}”. In <cite>{}</cite>{in_chapter}. Version {}, built {}. {url} (accessed {day}).",
             esc(&c.authors),
             esc(title),
             esc(&c.book),
-            esc(chapter),
             esc(&c.version),
             esc(&c.built)
         );
         let bib = format!(
-            "@misc{{{key},\n  author = {{{{{}}}}},\n  title = {{{{{}}}: {}, {}}},\n  year = {{{year}}},\n  version = {{{}}},\n  url = {{{url}}},\n  urldate = {{{day}}},\n  note = {{Built {}}}\n}}",
+            "@misc{{{key},\n  author = {{{{{}}}}},\n  title = {{{{{}}}: {chapter_of}{}}},\n  year = {{{year}}},\n  version = {{{}}},\n  url = {{{url}}},\n  urldate = {{{day}}},\n  note = {{Built {}}}\n}}",
             esc(&c.authors),
             esc(&c.book),
-            esc(chapter),
             esc(title),
             esc(&c.version),
             esc(&c.built)
@@ -409,10 +413,17 @@ impl Preprocessor for GpumemPreprocessor {
                 .number
                 .as_ref()
                 .map(|n| n.to_string().trim_end_matches('.').to_string());
-            let page = path
-                .with_extension("html")
-                .to_string_lossy()
-                .replace('\\', "/");
+            // mdBook publishes a README.md as its directory's index.html.
+            let page = if path
+                .file_stem()
+                .is_some_and(|f| f.eq_ignore_ascii_case("readme"))
+            {
+                path.with_file_name("index.html")
+            } else {
+                path.with_extension("html")
+            }
+            .to_string_lossy()
+            .replace('\\', "/");
             let chapter = match &number {
                 Some(n) => format!("chapter {n}, {}", ch.name),
                 None => ch.name.clone(),
@@ -532,6 +543,17 @@ mod tests {
             "The gpumem project. “Selective recomputation”. In <cite>Where GPU memory goes</cite>, chapter 4, Activations. Version 0.1.0, built 2026-11-23."
         ), "{out}");
         assert!(out.contains("urldate = {<span class=\"gm-cite-date\">2026-11-23</span>}"));
+        // The opening page, named as the book, is not cited as a chapter of it.
+        let out = cite_sections(src, "book/README.md", "index.html", &c.book, &c).unwrap();
+        assert!(
+            out.contains("In <cite>Where GPU memory goes</cite>. Version 0.1.0"),
+            "{out}"
+        );
+        assert!(
+            out.contains("title = {{Where GPU memory goes}: Selective recomputation}"),
+            "{out}"
+        );
+        assert!(out.contains("@misc{gpumem-index-selective-recomputation,"));
         // Published: the pre-rendered text carries the absolute address.
         let published = Citation {
             url: "https://example.org/gpumem/".into(),
