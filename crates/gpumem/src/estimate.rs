@@ -1098,10 +1098,15 @@ fn rank_step(
     }
     if tp > 1 && say {
         note(format!(
-            "tensor parallel over {tp} ranks (DTensor, torchtitan's plan){}{}",
+            "tensor parallel over {tp} ranks{}{}{}",
+            if megatron {
+                ""
+            } else {
+                " (DTensor, torchtitan's plan)"
+            },
             if par.sp { ", sequence parallel" } else { "" },
             if par.loss_parallel {
-                ", loss on vocabulary-sharded logits (loss_parallel)"
+                ", loss on vocabulary-sharded logits"
             } else {
                 ", logits all-gathered whole"
             }
@@ -1226,7 +1231,12 @@ fn rank_step(
         };
         if say {
             note(format!(
-                "pipeline of {pp} stages (torch.distributed.pipelining, {}), {m} micro-batches",
+                "pipeline of {pp} stages ({}{}), {m} micro-batches",
+                if megatron {
+                    ""
+                } else {
+                    "torch.distributed.pipelining, "
+                },
                 match par.schedule {
                     crate::scenario::Schedule::GPipe => "GPipe".to_string(),
                     crate::scenario::Schedule::Interleaved(v) =>

@@ -234,7 +234,8 @@ pub fn arch_from_config_json(text: &str) -> Result<String> {
     let v: Value = serde_json::from_str(text).map_err(|e| {
         Error::new(
             format!("config.json:{}:{}", e.line(), e.column()),
-            format!("not valid JSON ({})", shown(&e.to_string())),
+            // serde_json's words whole (cut to a length, they ended mid-word).
+            format!("not valid JSON ({e})"),
         )
     })?;
     if !v.is_object() {
@@ -445,6 +446,12 @@ mod tests {
         assert_eq!(from_cfg, crate::hf::parse_hf_config(&v, "c").unwrap());
         let e = arch_from_config_json("{\n  \"model_type\": llama}").unwrap_err();
         assert!(e.field.starts_with("config.json:2:"), "{e}");
+        // serde_json's words whole, never cut mid-word.
+        let e = arch_from_config_json("{\"model_type\": ").unwrap_err();
+        assert_eq!(
+            e.message,
+            "not valid JSON (EOF while parsing a value at line 1 column 15)"
+        );
         let e = arch_from_config_json("[1]").unwrap_err();
         assert_eq!(e.field, "config.json");
         let e =

@@ -199,3 +199,32 @@ proptest! {
         prop_assert_eq!(trivial.peak_bytes, plain.peak_bytes);
     }
 }
+
+/// The notes name the framework the layout runs under: under Megatron-LM (named by the
+/// first note) the tensor and pipeline parallelism are its own, not DTensor's or
+/// torch.distributed.pipelining's (a reader's review found the 5D panel describing a
+/// Megatron layout with PyTorch's tools).
+#[test]
+fn the_notes_name_the_layouts_framework() {
+    let notes = |framework: &str| {
+        let v = serde_json::json!({"model": "llama3.1-70b", "seq": 8192, "batch": 1,
+            "precision": "mixed-bf16", "parallel": {"framework": framework, "dp": 2, "tp": 8,
+            "pp": 4, "zero": 1, "grad_accum": 8}});
+        let e = gpumem::estimate(&gpumem::Scenario::from_value(&v).unwrap()).unwrap();
+        e.notes.join("\n")
+    };
+    let m = notes("megatron");
+    assert!(m.starts_with("Megatron-LM: "), "{m}");
+    assert!(
+        m.contains("tensor parallel over 8 ranks, sequence parallel"),
+        "{m}"
+    );
+    assert!(m.contains("pipeline of 4 stages (1F1B)"), "{m}");
+    assert!(
+        !m.contains("DTensor") && !m.contains("torch.distributed"),
+        "{m}"
+    );
+    let f = notes("fsdp");
+    assert!(f.contains("(DTensor, torchtitan's plan)"), "{f}");
+    assert!(f.contains("(torch.distributed.pipelining, 1F1B)"), "{f}");
+}
