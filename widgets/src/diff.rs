@@ -146,7 +146,7 @@ pub fn use_diff(init: &Init) -> Html {
     let mut t = String::with_capacity(4096);
     let _ = write!(
         t,
-        r#"<table class="gm-table gm-waterfall" data-from="{}" data-to="{}"><thead><tr><th scope="col">Step</th><th scope="col" class="gm-num">Change</th><th scope="col" class="gm-num">Peak after</th></tr></thead><tbody><tr class="gm-wf-end"><th scope="row">Peak of {}"#,
+        r#"<table class="gm-table gm-waterfall" data-from="{}" data-to="{}"><thead><tr><th scope="col">Step</th><th scope="col" class="gm-num">Change</th><th scope="col" class="gm-num">Peak after</th></tr></thead><tbody><tr class="gm-wf-end"><th scope="row">Allocated peak of {}"#,
         w.from,
         w.to,
         esc(&settings(&a))
@@ -182,7 +182,7 @@ pub fn use_diff(init: &Init) -> Html {
     if !w.steps.is_empty() {
         let _ = write!(
             t,
-            r#"<tr class="gm-wf-end"><th scope="row">Peak of {}"#,
+            r#"<tr class="gm-wf-end"><th scope="row">Allocated peak of {}"#,
             esc(&settings(&b))
         );
         bar(&mut t, 0.0, to, "gm-wf-total");

@@ -549,6 +549,8 @@ fn the_teaching_widgets_render_their_engine_figures_before_any_script() {
         r#"data-from="{}" data-to="{}""#,
         e.peak_bytes, full.peak_bytes
     )));
+    // Its ends are the allocated peaks (the context is not in them, as it is in a total).
+    assert_eq!(html.matches(">Allocated peak of ").count(), 2, "{html}");
     let html = render(&init("ledger", over, &[("of", "layer")])).unwrap();
     assert!(
         html.contains("down_proj") && html.contains("b·s·i<br>4 × 2,048 × 14,336"),
