@@ -9,12 +9,16 @@ const GIB: f64 = 1073741824.0;
 /// The minus sign (U+2212), not a hyphen.
 pub const MINUS: char = '−';
 
-/// Decimals a size in GiB shows with: one from 1 GiB up, two below.
+/// Decimals a size in GiB shows with: one from 1 GiB up, two below, four below a hundredth
+/// (a few MiB never read "0.00 GiB"; what rounds to nothing even so, two).
 fn decimals(bytes: f64) -> usize {
-    if (bytes / GIB).abs() < 1.0 {
+    let g = (bytes / GIB).abs();
+    if g >= 1.0 {
+        1
+    } else if g >= 0.01 || g < 5e-5 {
         2
     } else {
-        1
+        4
     }
 }
 
@@ -41,8 +45,8 @@ pub fn signed(x: f64, decimals: usize) -> String {
     out
 }
 
-/// Bytes as GiB: one decimal, two below 1 GiB ("52.7 GiB", "0.50 GiB"); none for nothing
-/// ("0 GiB").
+/// Bytes as GiB: one decimal, two below 1 GiB, four below 0.01 GiB ("52.7 GiB", "0.50 GiB",
+/// "0.0018 GiB"); none for nothing ("0 GiB").
 pub fn gib(bytes: f64) -> String {
     if bytes == 0.0 {
         return "0 GiB".into();
@@ -74,6 +78,17 @@ impl Sum {
         Sum {
             decimals: decimals(total),
         }
+    }
+
+    /// The rounding for parts that add up to `total`, at the precision of the smallest one.
+    pub fn of_parts(parts: &[f64], total: f64) -> Sum {
+        let mut least = total;
+        for &b in parts {
+            if b > 0.0 && b < least {
+                least = b;
+            }
+        }
+        Sum::of(least)
     }
 
     fn scale(&self) -> f64 {
@@ -248,6 +263,9 @@ mod tests {
         assert_eq!(gib(0.5 * GIB), "0.50 GiB");
         assert_eq!(gib(-3.25 * GIB), "−3.2 GiB");
         assert_eq!(gib(-0.001), "0.00 GiB");
+        // A few MiB (a ZeRO-3 shard over 1,024 GPUs) are not "0.00 GiB".
+        assert_eq!(gib(1.9 * 1048576.0), "0.0019 GiB");
+        assert_eq!(Sum::of(1.9 * 1048576.0).gib(1.9 * 1048576.0), "0.0019 GiB");
         assert_eq!(signed(-0.04, 1), "0.0");
         assert_eq!(signed(-2.2, 1), "−2.2");
         assert_eq!(gib(17441.04 * GIB), "17,441.0 GiB");

@@ -557,3 +557,31 @@ fn the_teaching_widgets_render_their_engine_figures_before_any_script() {
         "{html}"
     );
 }
+
+/// The zero widget's lines read each part as itself: GPT-2's 0.23 GiB of bf16 weights read
+/// "0.3 GiB" on the whole-model side (rounded at the total's one decimal, then nudged to add
+/// up) and "0.23 GiB" on the per-GPU side; and a ZeRO-3 shard over 1,024 GPUs, a few MiB,
+/// read "0.00 GiB".
+#[test]
+fn zero_lines_read_each_part_as_itself() {
+    let k: &[(&str, &str)] = &[
+        ("params", "124439808"),
+        ("precision", "mixed-bf16"),
+        ("dp", "8"),
+        ("zero-stage", "1"),
+    ];
+    let html = render(&init("zero", k, &[])).unwrap();
+    assert!(
+        html.contains("Weights = 124M × 2 B = 0.23 GiB → 0.23 GiB per GPU, not sharded"),
+        "{html}"
+    );
+    let k: &[(&str, &str)] = &[
+        ("params", "124439808"),
+        ("precision", "mixed-bf16"),
+        ("dp", "1024"),
+        ("zero-stage", "3"),
+    ];
+    let html = render(&init("zero", k, &[])).unwrap();
+    assert!(!html.contains("0.00 GiB"), "{html}");
+    assert!(html.contains(" / 1024 = 0.0002 GiB per GPU"), "{html}");
+}

@@ -490,26 +490,6 @@ pub fn plan(req: &Request) -> Plan {
         fitting += fit;
         counts.push((g, c, fit, before));
     }
-    if std::env::var_os("GPUMEM_DUMP_FOUND").is_some() {
-        for f in &sweep.found {
-            eprintln!(
-                "FOUND {:?} b{} {:?}",
-                (
-                    f.par.dp,
-                    f.par.tp,
-                    f.par.pp,
-                    f.par.cp,
-                    f.par.zero,
-                    f.par.offload_optimizer,
-                    f.par.offload_params,
-                    f.par.grad_accum,
-                    f.par.schedule
-                ),
-                f.batch,
-                f.recompute
-            );
-        }
-    }
     // Rank everything; confirm the listed ones with the full estimate.
     let order = crate::order::sorted_indices(sweep.found.len(), &|i, j| {
         rank(&sweep.found[i], &sweep.found[j])
