@@ -150,7 +150,9 @@ fn build<'a>(knobs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Valu
                 let gib = number(k, v)?;
                 m.insert(
                     "gpu".into(),
-                    json!({ "capacity_bytes": (gib * 1073741824.0).round() }),
+                    // Capped where it would leave f64's range (JSON has no infinity): the
+                    // engine then says it is too large, not that it is missing.
+                    json!({ "capacity_bytes": (gib * 1073741824.0).round().min(1e300) }),
                 );
             }
             "dp" | "tp" | "pp" | "cp" | "ep" => {
@@ -406,6 +408,12 @@ mod tests {
         .unwrap();
         assert_eq!(v["seq"], 8192);
         assert_eq!(v["gpu"]["capacity_bytes"], 85899345920.0);
+        // A capacity beyond f64's range in bytes is too large, not missing.
+        let e = scenario([("capacity", "1e300")]).unwrap_err();
+        assert!(
+            e.field == "capacity" && e.message.contains("too large"),
+            "{e}"
+        );
         assert_eq!(v["parallel"]["zero"], 3);
         let s = scenario([("batch", "2")]).unwrap();
         assert_eq!(s.batch, 2);
