@@ -74,6 +74,11 @@ fn pages_carry_the_numbers_before_any_script_runs() {
     let html = read(&site().dest.join("budget.html"));
     // Without scripts the page says its widgets are as built and their controls inert.
     assert!(html.contains(r#"<noscript><p class="gm-nojs">JavaScript is off"#));
+    // …and only where there are widgets: a page without any hides that note, by CSS alone
+    // (checked in Chromium with scripts off: hidden on index and references, shown here).
+    let index = read(&site().dest.join("index.html"));
+    assert!(index.contains("main:not(:has(.gm)) .gm-nojs { display: none; }"));
+    assert!(!index.contains(r#"class="gm "#) && html.contains(r#"class="gm "#));
     // An exercise names the model its answer is for: ZeRO's page sets 7B parameters, no preset.
     let zero = read(&site().dest.join("zero.html"));
     assert!(zero.contains(r#"gm-sub">7B · b=1 · s=2K · with dp=8, zero-stage=2"#));
