@@ -163,15 +163,24 @@ fn plan_table(p: &plan::Plan) -> String {
         }
     }
     if !p.best.is_empty() {
+        // The micro-batch column as wide as its widest entry ("1×65536").
+        let mbs = |l: &plan::Layout| format!("{}×{}", l.micro_batch, l.grad_accum);
+        let w = p
+            .best
+            .iter()
+            .map(|c| mbs(&c.layout).chars().count())
+            .max()
+            .unwrap_or(0)
+            .max(5);
         s.push_str(&format!(
-            "\n{:>3}  {:>6} {:>4} {:>3} {:>3} {:>3} {:>3}  {:>4}  {:>5}  {:>3}  {:<9} {:<8} {:>10} {:>10} {:>7} {:>9} {:>9}\n",
+            "\n{:>3}  {:>6} {:>4} {:>3} {:>3} {:>3} {:>3}  {:>4}  {:>w$}  {:>3}  {:<9} {:<8} {:>10} {:>10} {:>7} {:>9} {:>9}\n",
             "#", "GPUs", "dp", "tp", "pp", "cp", "ep", "zero", "mbs×m", "v", "recompute", "offload",
             "peak", "headroom", "bubble", "comm/GPU", "step (s)"
         ));
         for (i, c) in p.best.iter().enumerate() {
             let l = &c.layout;
             s.push_str(&format!(
-                "{:>3}  {:>6} {:>4} {:>3} {:>3} {:>3} {:>3}  {:>4}  {:>5}  {:>3}  {:<9} {:<8} {:>10} {:>10} {:>6.1}% {:>6.1} GB {:>9.2}\n",
+                "{:>3}  {:>6} {:>4} {:>3} {:>3} {:>3} {:>3}  {:>4}  {:>w$}  {:>3}  {:<9} {:<8} {:>10} {:>10} {:>6.1}% {:>6.1} GB {:>9.2}\n",
                 i + 1,
                 l.gpus,
                 l.dp,
@@ -180,7 +189,7 @@ fn plan_table(p: &plan::Plan) -> String {
                 l.cp,
                 l.ep,
                 l.zero,
-                format!("{}×{}", l.micro_batch, l.grad_accum),
+                mbs(l),
                 l.virtual_stages,
                 l.recompute,
                 l.offload,
