@@ -350,6 +350,14 @@ fn gradient_accumulation_adds_into_the_first_gradients() {
                 "{model}, {ga} micro-batches"
             );
         }
+        // The segments at the peak are taken where the estimate's figures are.
+        let s = scenario(5, h100.clone());
+        let e = estimate(&s).unwrap();
+        let segs = gpumem::alloc::stream::segments_at_peak(&s).unwrap();
+        let (held, used): (u64, u64) = segs
+            .iter()
+            .fold((0, 0), |(h, u), g| (h + g.bytes(), u + g.allocated()));
+        assert_eq!(held - used, e.reserved_unallocated_bytes, "{model}");
         let huge = serde_json::json!({"capacity_bytes": 1u64 << 50});
         let e = estimate(&scenario(65536, huge)).unwrap();
         assert_eq!(e.peak_reserved_bytes, many.peak_reserved_bytes, "{model}");

@@ -504,7 +504,9 @@ impl Runner {
             let mut kept: Vec<u32> = Vec::new();
             // Where each micro-batch starts: once one starts as the one before it did, the
             // rest repeat it exactly, peaks included, and are skipped (gradient
-            // accumulation over thousands of micro-batches costs two or three).
+            // accumulation over thousands of micro-batches costs two or three). Not when
+            // the events are written out, to compare with PyTorch's traces; a snapshot's
+            // second pass skips as its first did, so that the event counts agree.
             let mut start = None;
             for mb in 0..plan.micro_batches.max(1) {
                 let insts = if mb > 0 && !later.is_empty() {
@@ -512,7 +514,7 @@ impl Runner {
                 } else {
                     &first
                 };
-                if mb > 0 && !self.logging() && self.snap_at.is_none() {
+                if mb > 0 && !self.logging() {
                     let now = self.a.state(&kept);
                     if start.as_ref() == Some(&now) {
                         break;
