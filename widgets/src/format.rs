@@ -15,7 +15,7 @@ fn decimals(bytes: f64) -> usize {
     let g = (bytes / GIB).abs();
     if g >= 1.0 {
         1
-    } else if g >= 0.01 || g < 5e-5 {
+    } else if !(5e-5..0.01).contains(&g) {
         2
     } else {
         4
