@@ -26,6 +26,11 @@ fn bench(c: &mut Criterion) {
             json!({"model": "llama3.2-1b", "batch": 4, "seq": 2048, "precision": "bf16", "allocator": "none"}),
         ),
         (
+            "llama3.2-1b train bf16, expandable segments with max_split_size_mb 64",
+            json!({"model": "llama3.2-1b", "batch": 4, "seq": 2048, "precision": "bf16",
+                "allocator": {"expandable_segments": true, "max_split_size_mb": 64}}),
+        ),
+        (
             "qwen2.5-0.5b train bf16, caching allocator replayed",
             json!({"model": "qwen2.5-0.5b", "batch": 4, "seq": 2048, "precision": "bf16"}),
         ),

@@ -278,6 +278,10 @@ pub struct Allocator {
     /// The next address a new segment gets (segments never overlap).
     next_addr: u64,
     stats: Stats,
+    /// Every block that became unmapped space of an expandable segment, with stale entries
+    /// (mapped since, merged away, their slot reused) dropped when it is next read:
+    /// `BlockPool::unmapped`, without scanning every block at each request.
+    unmapped: Vec<u32>,
 }
 
 /// `round_size` without `roundup_power2_divisions` (not set by default).
@@ -310,6 +314,7 @@ impl Allocator {
             pools: [FreeSet::default(), FreeSet::default()],
             next_addr: 1 << 32,
             stats: Stats::default(),
+            unmapped: Vec::new(),
         }
     }
 
@@ -586,13 +591,21 @@ impl Allocator {
             }
             bytes >= size
         };
-        let unmapped: Vec<u32> = (0..self.blocks.len() as u32)
-            .filter(|&i| {
-                let b = self.b(i);
-                b.live && !b.mapped && b.small == small
-            })
-            .collect();
-        let unmapped = self.by_address(unmapped);
+        // The unmapped blocks as they are now (each once), then this pool's in address order.
+        let mut now = std::mem::take(&mut self.unmapped);
+        now.retain(|&i| {
+            let b = self.b(i);
+            b.live && !b.mapped
+        });
+        now.sort_unstable();
+        now.dedup();
+        let unmapped = self.by_address(
+            now.iter()
+                .copied()
+                .filter(|&i| self.b(i).small == small)
+                .collect(),
+        );
+        self.unmapped = now;
         let mut cand = NIL;
         for u in unmapped {
             let prev = self.b(u).prev;
@@ -624,6 +637,7 @@ impl Allocator {
                 small,
                 live: true,
             });
+            self.unmapped.push(cand);
             self.stats.segments += 1;
         }
         if !self.b(cand).mapped {
@@ -663,6 +677,7 @@ impl Allocator {
                 small: blk.small,
                 live: true,
             });
+            self.unmapped.push(rest);
             if blk.next != NIL {
                 self.blocks[blk.next as usize].prev = rest;
             }
@@ -840,6 +855,7 @@ impl Allocator {
         m.addr = lo;
         m.size = hi - lo;
         m.mapped = false;
+        self.unmapped.push(id);
         let prev = self.b(id).prev;
         self.try_merge(id, prev);
         let next = self.b(id).next;
