@@ -2,7 +2,7 @@
 //! widgets' page state and permalinks. Each knob maps onto a field of the JSON scenario, and
 //! the engine's error (which names the JSON field) is reported under the knob's name.
 
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
 use crate::scenario::Scenario;
@@ -101,19 +101,33 @@ fn parse(v: &Value) -> Result<Scenario> {
 }
 
 /// The JSON scenario, before the engine has looked at it.
+/// A JSON object of `pairs`. By hand rather than with `json!`, whose hidden `unwrap`s would
+/// carry serde_json's error texts and std's string escaping into the widgets' wasm.
+fn object<const N: usize>(pairs: [(&str, Value); N]) -> Value {
+    let mut m = Map::new();
+    for (k, v) in pairs {
+        m.insert(k.into(), v);
+    }
+    Value::Object(m)
+}
+
 fn build<'a>(knobs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Value> {
     let mut m = Map::new();
     let mut parallel = Map::new();
     for (k, v) in knobs {
         match k {
             "model" => {
-                m.entry("model").or_insert_with(|| json!({ "preset": v }));
+                m.entry("model")
+                    .or_insert_with(|| object([("preset", v.into())]));
             }
             // An architecture (config.json keys) wins over a preset.
             "arch" => {
                 m.insert(
                     "model".into(),
-                    json!({ "hf_config": pairs(k, v)?, "name": "custom (config.json)" }),
+                    object([
+                        ("hf_config", pairs(k, v)?),
+                        ("name", "custom (config.json)".into()),
+                    ]),
                 );
             }
             "precision" if v.contains('=') => {
@@ -133,7 +147,10 @@ fn build<'a>(knobs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Valu
                 }
                 let arch_given = m.get("model").is_some_and(|x| x.get("hf_config").is_some());
                 if !arch_given {
-                    m.insert("model".into(), json!({ "params": n.round() as u64 }));
+                    m.insert(
+                        "model".into(),
+                        object([("params", (n.round() as u64).into())]),
+                    );
                 }
             }
             "mode" | "precision" | "optimizer" | "recompute" | "attention" | "loss"
@@ -152,7 +169,10 @@ fn build<'a>(knobs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Valu
                     "gpu".into(),
                     // Capped where it would leave f64's range (JSON has no infinity): the
                     // engine then says it is too large, not that it is missing.
-                    json!({ "capacity_bytes": (gib * 1073741824.0).round().min(1e300) }),
+                    object([(
+                        "capacity_bytes",
+                        (gib * 1073741824.0).round().min(1e300).into(),
+                    )]),
                 );
             }
             "dp" | "tp" | "pp" | "cp" | "ep" => {
@@ -187,7 +207,7 @@ fn build<'a>(knobs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Valu
         m.insert("parallel".into(), Value::Object(parallel));
     }
     m.entry("model")
-        .or_insert_with(|| json!({ "preset": DEFAULT_MODEL }));
+        .or_insert_with(|| object([("preset", DEFAULT_MODEL.into())]));
     Ok(Value::Object(m))
 }
 
@@ -340,7 +360,7 @@ fn finetune_object(v: &str) -> Result<Value> {
             }
         }
     }
-    Ok(json!({ method: o }))
+    Ok(object([(method, Value::Object(o))]))
 }
 
 /// The knob a JSON scenario field comes from.

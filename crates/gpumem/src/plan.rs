@@ -18,7 +18,7 @@
 //! - rank: the estimated step time, then the larger memory headroom.
 
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::{Map, Value};
 
 use crate::arch::Architecture;
 use crate::error::{Error, Result};
@@ -891,43 +891,65 @@ impl Sweep<'_> {
             Recompute::Selective => "selective",
             Recompute::Full => "full",
         };
-        let mut p = json!({
-            "dp": par.dp, "tp": par.tp, "pp": par.pp, "cp": par.cp, "ep": par.ep,
-            "zero": par.zero, "grad_accum": par.grad_accum, "offload": offload,
-            "framework": match par.framework {
+        // Built by hand rather than with `json!` and `value["key"] = …`: their hidden
+        // `unwrap`s and panics would carry serde_json's error texts and std's string
+        // escaping into the widgets' wasm.
+        let mut p = Map::new();
+        let mut put = |k: &str, x: Value| {
+            p.insert(k.into(), x);
+        };
+        for (k, x) in [
+            ("dp", par.dp),
+            ("tp", par.tp),
+            ("pp", par.pp),
+            ("cp", par.cp),
+            ("ep", par.ep),
+            ("zero", u64::from(par.zero)),
+            ("grad_accum", par.grad_accum),
+        ] {
+            put(k, x.into());
+        }
+        put("offload", offload.into());
+        put(
+            "framework",
+            match par.framework {
                 Framework::Fsdp => "fsdp",
                 Framework::DeepSpeed => "deepspeed",
                 Framework::Megatron => "megatron",
-            },
-            "sp": par.sp, "capacity_factor": par.capacity_factor,
-        });
+            }
+            .into(),
+        );
+        put("sp", par.sp.into());
+        put("capacity_factor", par.capacity_factor.into());
         let v_stages = match par.schedule {
             Schedule::Interleaved(v) => v,
             Schedule::OneFOneB | Schedule::GPipe => 1,
         };
         match par.schedule {
             Schedule::Interleaved(v) => {
-                p["schedule"] = json!("interleaved");
-                p["virtual_stages"] = json!(v);
+                put("schedule", "interleaved".into());
+                put("virtual_stages", v.into());
             }
-            Schedule::GPipe => p["schedule"] = json!("gpipe"),
+            Schedule::GPipe => put("schedule", "gpipe".into()),
             Schedule::OneFOneB => {}
         }
         if par.shard_group != par.dp {
-            p["shard_group"] = json!(par.shard_group);
+            put("shard_group", par.shard_group.into());
         }
         // The request's other parallel settings (wrap, loss_parallel, cp_load_balance, …):
         // without them the scenario would not give these figures.
-        if let (Some(Value::Object(given)), Value::Object(m)) = (v.get("parallel"), &mut p) {
+        if let Some(Value::Object(given)) = v.get("parallel") {
             for (k, x) in given {
-                if !m.contains_key(k) {
-                    m.insert(k.clone(), x.clone());
+                if !p.contains_key(k) {
+                    p.insert(k.clone(), x.clone());
                 }
             }
         }
-        v["parallel"] = p;
-        v["batch"] = json!(f.batch);
-        v["recompute"] = json!(recompute);
+        if let Value::Object(m) = &mut v {
+            m.insert("parallel".into(), Value::Object(p));
+            m.insert("batch".into(), f.batch.into());
+            m.insert("recompute".into(), recompute.into());
+        }
         let mut sc = self.s.clone();
         sc.parallel = *par;
         sc.batch = f.batch;
