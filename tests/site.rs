@@ -2061,6 +2061,13 @@ fn the_diffs_steps_add_up_to_the_difference_of_the_two_peaks() {
         Duration::from_secs(10),
     )
     .unwrap();
+    // The list is made anew, the pressed button with it: the focus is on the list, not
+    // back at the page's start (a keyboard reader's review).
+    c.wait_for(
+        "return document.activeElement.classList.contains('gm-remedy-list')",
+        Duration::from_secs(5),
+    )
+    .unwrap();
     let base = [
         ("model", "llama3.1-8b"),
         ("batch", "4"),

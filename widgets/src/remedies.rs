@@ -294,6 +294,16 @@ pub fn use_remedies(init: &Init) -> Html {
             else {
                 return;
             };
+            // The list's HTML is made anew, the pressed button with it: the focus goes to
+            // the list, which stays, rather than to the page's start.
+            if let Some(ol) = b
+                .closest("ol")
+                .ok()
+                .flatten()
+                .and_then(|t| t.dyn_into::<web_sys::HtmlElement>().ok())
+            {
+                let _ = ol.focus();
+            }
             if b.has_attribute("data-plan") {
                 plan.set(Some((k.clone(), planned_html(&k, cap))));
             } else if let Some(w) = b.get_attribute("data-with") {
@@ -319,7 +329,7 @@ pub fn use_remedies(init: &Init) -> Html {
                 } else {
                     format!("✗ It does not fit: {} of {} on {}, {} over.", gib(now), gib(cap), e.gpu, gib(over))
                 }, true) }
-            <ol class="gm-remedy-list" {onclick}>{ Html::from_html_unchecked(list.into()) }</ol>
+            <ol class="gm-remedy-list" tabindex="-1" {onclick}>{ Html::from_html_unchecked(list.into()) }</ol>
             <p class="gm-sr" aria-live="polite">{ summary }</p>
         </figure>
     }
