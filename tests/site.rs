@@ -1714,7 +1714,10 @@ fn copy_link_says_what_happened_and_shows_the_link_when_it_could_not_copy() {
         )
         .unwrap();
     assert!(!got[0].as_str().unwrap().contains("Link copied"), "{got}");
-    assert_eq!(got[1], got[2], "the link is shown to copy by hand");
+    // The page's address, at the widget's section (peak.md's "## The step's timeline").
+    let page = got[2].as_str().unwrap();
+    let at = format!("{}#timeline", &page[..page.find('#').unwrap_or(page.len())]);
+    assert_eq!(got[1], at.as_str(), "the link is shown to copy by hand");
     assert!(got[1].as_str().unwrap().contains("batch=3"), "{got}");
     // When the clipboard takes it, it says so.
     c.eval(
@@ -1732,7 +1735,7 @@ fn copy_link_says_what_happened_and_shows_the_link_when_it_could_not_copy() {
     c.click(&c.find("[data-widget=timeline] .gm-tools button").unwrap())
         .unwrap();
     c.wait_for(
-        "return document.querySelector('[data-widget=timeline] .gm-status').textContent.startsWith('Link copied') && window.copied === location.href",
+        "return document.querySelector('[data-widget=timeline] .gm-status').textContent.startsWith('Link copied') && window.copied === location.href.split('#')[0] + '#timeline'",
         Duration::from_secs(5),
     )
     .unwrap();

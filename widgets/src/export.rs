@@ -24,7 +24,7 @@ pub fn run(what: &str, e: &yew::MouseEvent, name: &str, settings: &str, status: 
         return;
     };
     match what {
-        "link" => copy_link(status),
+        "link" => copy_link(&figure, status),
         _ => status.emit(match figure.query_selector("svg.gm-chart").ok().flatten() {
             Some(svg) => match save(&figure, &svg, what, name, settings) {
                 Ok(()) => say(&format!("Saved {name}.{what}")),
@@ -39,13 +39,31 @@ pub fn run(what: &str, e: &yew::MouseEvent, name: &str, settings: &str, status: 
 /// clipboard answers later; until it does the toolbar says so, and if it refuses, the link
 /// is shown to copy by hand.
 #[cfg(target_arch = "wasm32")]
-fn copy_link(status: Callback<Status>) {
+fn copy_link(figure: &web_sys::Element, status: Callback<Status>) {
     use wasm_bindgen::prelude::*;
     let Some(w) = web_sys::window() else {
         return;
     };
     crate::store::url::flush();
-    let href = w.location().href().unwrap_or_default();
+    let mut href = w.location().href().unwrap_or_default();
+    // To the widget's section: the last heading with an id before the widget's block.
+    let mut block = figure.clone();
+    while let Some(p) = block.parent_element() {
+        if p.tag_name() == "MAIN" {
+            break;
+        }
+        block = p;
+    }
+    let mut at = block.previous_element_sibling();
+    while let Some(el) = at {
+        if matches!(el.tag_name().as_str(), "H1" | "H2" | "H3") && !el.id().is_empty() {
+            href.truncate(href.find('#').unwrap_or(href.len()));
+            href.push('#');
+            href.push_str(&el.id());
+            break;
+        }
+        at = el.previous_element_sibling();
+    }
     let refused = {
         let (status, href) = (status.clone(), href.clone());
         move |why: &str| {
