@@ -100,7 +100,6 @@ fn parse(v: &Value) -> Result<Scenario> {
     Scenario::from_value(v).map_err(|e| Error::new(knob_of(&e.field), e.message))
 }
 
-/// The JSON scenario, before the engine has looked at it.
 /// A JSON object of `pairs`. By hand rather than with `json!`, whose hidden `unwrap`s would
 /// carry serde_json's error texts and std's string escaping into the widgets' wasm.
 fn object<const N: usize>(pairs: [(&str, Value); N]) -> Value {
@@ -111,6 +110,7 @@ fn object<const N: usize>(pairs: [(&str, Value); N]) -> Value {
     Value::Object(m)
 }
 
+/// The JSON scenario, before the engine has looked at it.
 fn build<'a>(knobs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Value> {
     let mut m = Map::new();
     let mut parallel = Map::new();
