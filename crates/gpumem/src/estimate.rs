@@ -1781,7 +1781,7 @@ pub(crate) fn train_program(
     // first made, in place.
     let m = s.parallel.grad_accum;
     let later = (m > 1).then(|| {
-        if scripts && cfg!(not(target_arch = "wasm32")) {
+        if scripts {
             Stretches::scripted(&ctx, mode, tape::Grads::Accumulate)
         } else {
             build(&ctx, mode, tape::Grads::Accumulate)
