@@ -274,7 +274,7 @@ pub fn use_allocator(init: &Init) -> Html {
         .to_string();
     let batch = k.count("batch", 1);
     let seq = k.count("seq", 2048);
-    let precision = k.get("precision").unwrap_or("bf16").to_string();
+    let precision = k.get_or_default("precision").to_string();
     let inference = k.get("mode") == Some("inference");
     let show_breakdown = init.option("show-breakdown") != Some("false");
 
@@ -359,7 +359,7 @@ pub fn use_allocator(init: &Init) -> Html {
             gpus.insert(0, ("custom".into(), format!("Custom ({c} GiB)")));
             "custom".to_string()
         }
-        None => k.get("gpu").unwrap_or("H100-80GB").to_string(),
+        None => k.get_or_default("gpu").to_string(),
     };
     let on_gpu = {
         let (k, set) = (k.clone(), set.clone());

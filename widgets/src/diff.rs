@@ -38,7 +38,12 @@ fn changes(a: &Knobs, b: &Knobs) -> Vec<(&'static str, String, String)> {
         .iter()
         .filter(|k| a.get(k) != b.get(k))
         .map(|k| {
-            let v = |x: &Knobs| x.get(k).unwrap_or("default").to_string();
+            // An unset knob by what it means ("recompute none → full").
+            let v = |x: &Knobs| match x.get_or_default(k) {
+                "" if *k == "capacity" => "the GPU's".to_string(),
+                "" => "unset".to_string(),
+                v => v.to_string(),
+            };
             (*k, v(a), v(b))
         })
         .collect()
@@ -288,6 +293,10 @@ mod tests {
                 "{with}: {shown:?}"
             );
         }
+        // An unset knob is named by what it means.
+        let w = waterfall(&a, &a.with_changes("recompute=full dp=2").unwrap()).unwrap();
+        assert!(w.steps.iter().any(|s| s.cause == "recompute none → full"));
+        assert!(w.steps.iter().any(|s| s.cause == "dp 1 → 2"));
         let w = waterfall(&a, &a).unwrap();
         assert!(w.steps.is_empty());
         assert!(a.with_changes("nonsense").is_err());

@@ -28,7 +28,7 @@ pub struct Tuning {
 
 impl Tuning {
     pub fn read(k: &Knobs) -> Tuning {
-        let v = k.get("finetune").unwrap_or("full");
+        let v = k.get_or_default("finetune");
         let mut parts = v.split(',');
         let mut t = Tuning {
             method: parts.next().unwrap_or("full").to_string(),
@@ -71,8 +71,8 @@ pub fn levers(init: &Init, knobs: &Knobs, on_change: &Callback<Knobs>) -> Html {
         return html! {};
     };
     let k = knobs;
-    let radio = |key: &'static str, label: &'static str, opts: &[(&str, &str)], dflt: &str| {
-        let selected = k.get(key).unwrap_or(dflt).to_string();
+    let radio = |key: &'static str, label: &'static str, opts: &[(&str, &str)]| {
+        let selected = k.get_or_default(key).to_string();
         let (k, cb) = (k.clone(), on_change.clone());
         let on_change = Callback::from(move |v: String| cb.emit(k.with(key, v)));
         radio_group(
@@ -103,7 +103,6 @@ pub fn levers(init: &Init, knobs: &Knobs, on_change: &Callback<Knobs>) -> Html {
                 "attention",
                 "Attention kernel",
                 &[("flash", "flash (SDPA)"), ("eager", "eager")],
-                "flash",
             ),
             "recompute" => radio(
                 "recompute",
@@ -113,7 +112,6 @@ pub fn levers(init: &Init, knobs: &Knobs, on_change: &Callback<Knobs>) -> Html {
                     ("selective", "selective"),
                     ("full", "full"),
                 ],
-                "none",
             ),
             "loss" => radio(
                 "loss",
@@ -122,7 +120,6 @@ pub fn levers(init: &Init, knobs: &Knobs, on_change: &Callback<Knobs>) -> Html {
                     ("standard", "standard (fp32 logits)"),
                     ("fused", "fused, chunked"),
                 ],
-                "standard",
             ),
             "finetune" => radio_group(
                 init.id("finetune"),

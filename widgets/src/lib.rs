@@ -58,6 +58,14 @@ impl Knobs {
         self.0.get(k).map(String::as_str)
     }
 
+    /// A knob's value, or what it means when unset ([`gpumem::knobs::default_value`]; empty
+    /// for a knob without one).
+    pub fn get_or_default(&self, k: &str) -> &str {
+        self.get(k)
+            .or_else(|| gpumem::knobs::default_value(k))
+            .unwrap_or("")
+    }
+
     /// A whole-number knob, or `default` when unset or unreadable.
     pub fn count(&self, k: &str, default: u64) -> u64 {
         self.get(k)

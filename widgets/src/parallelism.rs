@@ -416,7 +416,7 @@ pub fn use_parallelism(init: &Init) -> Html {
         ("mixed-bf16", "Mixed BF16"),
         ("fp8", "FP8"),
     ]);
-    let precision = k.get("precision").unwrap_or("bf16").to_string();
+    let precision = k.get_or_default("precision").to_string();
     if !precisions.iter().any(|(v, _)| *v == precision) {
         precisions.push((precision.clone(), precision_label(&precision)));
     }
@@ -431,7 +431,7 @@ pub fn use_parallelism(init: &Init) -> Html {
     let gpu_sel = if k.get("capacity").is_some() {
         "custom".to_string()
     } else {
-        k.get("gpu").unwrap_or("H100-80GB").to_string()
+        k.get_or_default("gpu").to_string()
     };
     let on_gpu = {
         let (k, try_set) = (k.clone(), try_set.clone());
@@ -441,7 +441,7 @@ pub fn use_parallelism(init: &Init) -> Html {
             }
         })
     };
-    let framework = k.get("framework").unwrap_or("fsdp").to_string();
+    let framework = k.get_or_default("framework").to_string();
     let zero_labels: &[(&str, &str)] = if framework == "fsdp" {
         &[
             ("0", "DDP"),
@@ -576,7 +576,7 @@ pub fn use_parallelism(init: &Init) -> Html {
                     { select(init.id("seq"), "Sequence", seqs, s.seq.to_string(), choice("seq")) }
                     { num(init.id("accum"), "Gradient accumulation", p.grad_accum.max(1), choice("grad-accum")) }
                     { select(init.id("precision"), "Precision", precisions, precision, choice("precision")) }
-                    { select(init.id("recompute"), "Recomputation", opts(&[("none", "none"), ("selective", "selective"), ("full", "full")]), k.get("recompute").unwrap_or("none").to_string(), choice("recompute")) }
+                    { select(init.id("recompute"), "Recomputation", opts(&[("none", "none"), ("selective", "selective"), ("full", "full")]), k.get_or_default("recompute").to_string(), choice("recompute")) }
                     { select(init.id("gpu"), "GPU", gpu_opts, gpu_sel, on_gpu) }
                 </fieldset>
                 <fieldset class="gm-panel">
@@ -588,7 +588,7 @@ pub fn use_parallelism(init: &Init) -> Html {
                     { num(init.id("ep"), "Expert (ep)", p.ep, choice("ep")) }
                     { select(init.id("framework"), "Framework", opts(&[("fsdp", "PyTorch FSDP"), ("deepspeed", "DeepSpeed"), ("megatron", "Megatron-LM")]), framework.clone(), choice("framework")) }
                     { radio_group(init.id("zero"), "Sharding", opts(zero_labels), p.zero.to_string(), choice("zero-stage")) }
-                    { select(init.id("offload"), "Offload to CPU", opts(&[("none", "none"), ("optimizer", "optimizer states"), ("optimizer+params", "optimizer + parameters")]), k.get("offload").unwrap_or("none").to_string(), choice("offload")) }
+                    { select(init.id("offload"), "Offload to CPU", opts(&[("none", "none"), ("optimizer", "optimizer states"), ("optimizer+params", "optimizer + parameters")]), k.get_or_default("offload").to_string(), choice("offload")) }
                 </fieldset>
             </div>
             { refused }

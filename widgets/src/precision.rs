@@ -54,7 +54,7 @@ pub fn current_recipe(s: &Scenario, k: &Knobs) -> String {
     if s.optimizer.eight_bit() && k.get("precision") == Some("mixed-bf16") {
         return "adam-8bit".into();
     }
-    let p = k.get("precision").unwrap_or("bf16");
+    let p = k.get_or_default("precision");
     if RECIPES.iter().any(|(r, _)| *r == p) && !s.optimizer.eight_bit() {
         p.into()
     } else {

@@ -90,10 +90,9 @@ pub fn remedies(k: &Knobs) -> Vec<Remedy> {
     let accum = s.as_ref().map_or(1, |s| s.parallel.grad_accum);
     let dp = s.as_ref().map_or(1, |s| s.parallel.dp);
     let zero = s.as_ref().map_or(0, |s| s.parallel.zero);
-    let is = |key: &str, dflt: &str, v: &str| k.get(key).unwrap_or(dflt) == v;
+    let is = |key: &str, v: &str| k.get_or_default(key) == v;
     let method = k
-        .get("finetune")
-        .unwrap_or("full")
+        .get_or_default("finetune")
         .split(',')
         .next()
         .unwrap_or("full");
@@ -107,24 +106,24 @@ pub fn remedies(k: &Knobs) -> Vec<Remedy> {
                     format!("batch={} grad-accum={}", batch / 2, accum * 2),
                 ),
                 "recompute-selective" => (
-                    is("recompute", "none", "none"),
+                    is("recompute", "none"),
                     "recompute=selective".into(),
                 ),
-                "recompute-full" => (!is("recompute", "none", "full"), "recompute=full".into()),
-                "loss" => (is("loss", "standard", "standard"), "loss=fused".into()),
+                "recompute-full" => (!is("recompute", "full"), "recompute=full".into()),
+                "loss" => (is("loss", "standard"), "loss=fused".into()),
                 "adam8bit" => (
-                    full && matches!(k.get("optimizer").unwrap_or("adamw"), "adamw" | "adam"),
+                    full && matches!(k.get_or_default("optimizer"), "adamw" | "adam"),
                     "optimizer=adamw-8bit".into(),
                 ),
                 "adafactor" => (
-                    full && !is("optimizer", "adamw", "adafactor"),
+                    full && !is("optimizer", "adafactor"),
                     "optimizer=adafactor".into(),
                 ),
                 "lora" => (full, "finetune=lora".into()),
                 "qlora" => (method != "qlora", "finetune=qlora".into()),
                 "zero" if dp > 1 => (zero < 3, "zero-stage=3".into()),
                 "zero" => (zero < 3, "dp=8 zero-stage=3".into()),
-                _ => (is("offload", "none", "none"), "offload=optimizer".into()),
+                _ => (is("offload", "none"), "offload=optimizer".into()),
             };
             Remedy {
                 key,

@@ -53,6 +53,32 @@ pub const MAX_VALUE_LEN: usize = 1000;
 /// The model a scenario uses when no knob names one.
 pub const DEFAULT_MODEL: &str = "llama3.1-8b";
 
+/// What a knob left unset means, where that is one value whatever the other knobs say (the
+/// widgets show it, and the waterfall names it in "recompute none → full"); `None` for the
+/// knobs that have no such value (`arch`, `params`, `capacity`: the GPU's). Tested: setting
+/// each to this value changes no scenario.
+pub fn default_value(knob: &str) -> Option<&'static str> {
+    Some(match knob {
+        "model" => DEFAULT_MODEL,
+        "mode" => "train",
+        "batch" | "new-tokens" | "dp" | "tp" | "pp" | "virtual-stages" | "cp" | "ep"
+        | "grad-accum" => "1",
+        "seq" => "2048",
+        "precision" => "bf16",
+        "optimizer" => "adamw",
+        "recompute" => "none",
+        "attention" => "flash",
+        "loss" => "standard",
+        "finetune" => "full",
+        "gpu" => "H100-80GB",
+        "allocator" => "default",
+        "zero-stage" => "0",
+        "framework" => "fsdp",
+        "offload" => "none",
+        _ => return None,
+    })
+}
+
 /// A non-negative finite number (`capacity=80`, in GiB).
 pub fn number(key: &str, v: &str) -> Result<f64> {
     match crate::num::parse_f64(v) {
@@ -385,6 +411,38 @@ fn knob_of(field: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_knob_set_to_its_default_changes_nothing() {
+        let bases: &[&[(&str, &str)]] = &[
+            &[],
+            &[("model", "llama3.2-1b"), ("dp", "8"), ("zero-stage", "3")],
+            &[("mode", "inference"), ("batch", "4")],
+            &[
+                ("framework", "megatron"),
+                ("tp", "2"),
+                ("pp", "2"),
+                ("gpu", "A100-80GB"),
+            ],
+        ];
+        let mut named = 0;
+        for base in bases {
+            let plain = scenario(base.iter().copied()).unwrap();
+            for &k in KNOBS {
+                let Some(v) = default_value(k) else {
+                    assert!(["arch", "params", "capacity"].contains(&k), "{k}");
+                    continue;
+                };
+                if base.iter().any(|(b, _)| *b == k) {
+                    continue;
+                }
+                let with = scenario(base.iter().copied().chain([(k, v)])).unwrap();
+                assert_eq!(with, plain, "{k}={v} on {base:?}");
+                named += 1;
+            }
+        }
+        assert!(named > 60);
+    }
 
     #[test]
     fn lora_rank_and_targets_travel_in_the_finetune_knob() {
