@@ -72,13 +72,20 @@ pub fn states_note(e: &Estimate) -> String {
     )
 }
 
-/// Where a point is, in words: "backward: layer (from the top) 3", "forward: layers 2–9"
-/// for a summarised run.
+/// Where a point is, in words: "backward: layer 30", "forward: layers 2–9" for a
+/// summarised run (lowest first, though the backward meets them from the top).
 fn place(p: &OpPoint) -> String {
-    let w = p.at.words();
-    if p.span > 1 && p.at.phase.numbered() && p.at.index > 0 && p.at.micro_batch == 0 {
-        let w = w.replacen(" layer", " layers", 1);
-        format!("{w}–{}", p.at.index as u64 + p.span - 1)
+    let at = p.at;
+    let w = at.words_of(p.of);
+    if p.span > 1 && at.phase.numbered() && at.index > 0 && at.micro_batch == 0 {
+        let (a, n) = (u64::from(at.layer(p.of)), p.span - 1);
+        let (lo, hi) = if at.backward() && p.of > 0 {
+            (a.saturating_sub(n), a)
+        } else {
+            (a, a + n)
+        };
+        let w = w.trim_end_matches(|c: char| c.is_ascii_digit());
+        format!("{}{lo}–{hi}", w.replacen(" layer", " layers", 1))
     } else if p.span > 1 {
         format!("{w} (and the next {}, alike)", p.span - 1)
     } else {

@@ -737,7 +737,13 @@ fn pytorch_dp(s: &Scenario, name: &str, model: &Architecture) -> Result<Estimate
     cap_timeline(&mut timeline, peak_bytes);
     let pc = model.params();
     let states = base.get(Cat::Weights) + base.get(Cat::Master) + base.get(Cat::Optimizer);
-    let mut phase = prog.seg.at.words();
+    // A stage's backward names its layers by their order in the stage (not a chunk's of an
+    // interleaved stage: those are named from the top).
+    let of = match par.schedule {
+        crate::scenario::Schedule::Interleaved(_) => 0,
+        _ => u32::try_from(st.layers).unwrap_or(0),
+    };
+    let mut phase = prog.seg.at.words_of(of);
     if par.pp > 1 {
         phase = format!("stage {} of {}: {phase}", worst + 1, par.pp);
     }
@@ -1829,7 +1835,7 @@ fn train_step(
     };
     (
         base + p.seg.peak.total(),
-        p.seg.at.words(),
+        p.seg.at.words_of(u32::try_from(a.layers).unwrap_or(0)),
         p.seg.peak,
         outcome,
     )

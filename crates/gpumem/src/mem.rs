@@ -187,8 +187,8 @@ impl Phase {
             Phase::FwdMoeLayer => "forward: MoE layer",
             Phase::FwdHead => "forward: logits and loss",
             Phase::BwdHead => "backward: logits and loss",
-            Phase::BwdLayer => "backward: layer (from the top)",
-            Phase::BwdMoeLayer => "backward: MoE layer (from the top)",
+            Phase::BwdLayer => "backward: layer",
+            Phase::BwdMoeLayer => "backward: MoE layer",
             Phase::BwdEmbedding => "backward: embedding",
             Phase::OptimizerStep => "optimizer step",
             Phase::PrefillEmbedding => "prefill: embedding",
@@ -287,8 +287,32 @@ impl Seg {
 }
 
 impl Where {
-    /// The point in words: "backward: layer (from the top) 3", "optimizer step".
+    /// The decoder layer the point is in, counted in the forward's order from 1 (0: none),
+    /// in a step over `of` decoder layers. The backward meets them from the top (its
+    /// `index` 1 is the last layer); `of` 0 (not known: a chunk of an interleaved pipeline
+    /// stage) leaves it counted from the top.
+    pub fn layer(&self, of: u32) -> u32 {
+        if self.backward() && of >= self.index {
+            of + 1 - self.index
+        } else {
+            self.index
+        }
+    }
+
+    /// In a layer's backward (met from the top).
+    pub fn backward(&self) -> bool {
+        matches!(self.phase, Phase::BwdLayer | Phase::BwdMoeLayer)
+    }
+
+    /// The point in words, counted from the top in a layer's backward: "backward: layer
+    /// (from the top) 3", "optimizer step".
     pub fn words(&self) -> String {
+        self.words_of(0)
+    }
+
+    /// The point in words in a step over `of` decoder layers ([`Where::layer`]): "backward:
+    /// layer 30".
+    pub fn words_of(&self, of: u32) -> String {
         let mut s = String::new();
         if self.micro_batch > 0 {
             s.push_str(&format!(
@@ -297,8 +321,11 @@ impl Where {
             ));
         }
         s.push_str(self.phase.words());
+        if self.backward() && of == 0 {
+            s.push_str(" (from the top)");
+        }
         if self.phase.numbered() && self.index > 0 {
-            s.push_str(&format!(" {}", self.index));
+            s.push_str(&format!(" {}", self.layer(of)));
         }
         s
     }

@@ -36,6 +36,9 @@ pub struct OpPoint {
     /// 0: one event. k ≥ 1: the highest point of k identical repetitions in a row (decoder
     /// layers, micro-batches), the first of them `at.index` (or `at.micro_batch`).
     pub span: u64,
+    /// The step's decoder layers, by which its backward names each layer in the forward's
+    /// order ([`Where::words_of`]; 0 before the timeline is made).
+    pub of: u32,
 }
 
 impl OpPoint {
@@ -80,6 +83,11 @@ pub fn op_timeline(s: &Scenario) -> Result<OpTimeline> {
         let d = b.minus(u.level).total();
         u.point(*b, *at, "", Cat::KvCache, d, 0);
         u.level = *b;
+    }
+    // The step holds the whole model: its backward names layers by their forward order.
+    if let crate::scenario::Model::Arch { arch, .. } = &s.model {
+        let of = u32::try_from(arch.layers).unwrap_or(0);
+        u.points.iter_mut().for_each(|p| p.of = of);
     }
     let max = u.points.iter().map(OpPoint::total).fold(0.0, f64::max);
     let peak = u
@@ -135,6 +143,7 @@ impl<'a> Unroll<'a> {
         span: u64,
     ) {
         self.points.push(OpPoint {
+            of: 0,
             live,
             at,
             role,
@@ -316,6 +325,7 @@ impl<'a> Unroll<'a> {
             });
             self.level.add(e.cat, e.bytes);
             self.points.push(OpPoint {
+                of: 0,
                 live: self.level,
                 at,
                 role: e.role,
@@ -523,7 +533,7 @@ mod tests {
                 p.total(),
                 e.peak_bytes
             );
-            assert_eq!(p.at.words(), e.peak_phase, "{k:?}");
+            assert_eq!(p.at.words_of(p.of), e.peak_phase, "{k:?}");
             // Unrolled op by op around the peak, and not more than a few thousand points
             // (Gemma 3's runs of five sliding layers and one full, each drawn, make the most:
             // about 5,100 since the backward's temporaries are events of their own).
@@ -553,6 +563,23 @@ mod tests {
         // Both ends of the run of layers are unrolled, the middle summarised.
         assert!(t.points.iter().any(|p| p.at.index == 32 && p.span == 0));
         assert!(t.points.iter().any(|p| p.span > 0));
+        // The backward meets the layers from the top and names each by its forward order:
+        // its first is the model's last layer, its last the first.
+        let bwd: Vec<&OpPoint> = t.points.iter().filter(|p| p.at.backward()).collect();
+        assert_eq!(bwd[0].at.words_of(bwd[0].of), "backward: layer 32");
+        let last = bwd[bwd.len() - 1];
+        assert_eq!(last.at.words_of(last.of), "backward: layer 1");
+        let full = scenario(&[
+            ("model", "llama3.1-8b"),
+            ("batch", "4"),
+            ("seq", "4k"),
+            ("recompute", "full"),
+            ("loss", "fused"),
+        ]);
+        let (e, t) = (crate::estimate(&full).unwrap(), op_timeline(&full).unwrap());
+        assert_eq!(e.peak_phase, "backward: layer 1");
+        let top = &t.points[t.peak];
+        assert_eq!(top.at.words_of(top.of), e.peak_phase);
         let bad = crate::knobs::scenario([("params", "7e9")]).unwrap();
         assert!(op_timeline(&bad).is_err());
         let pp = scenario(&[("model", "llama3.1-8b"), ("pp", "2"), ("grad-accum", "2")]);
