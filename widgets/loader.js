@@ -22,6 +22,16 @@ if (document.querySelector("[data-gpumem]")) {
       }
     }
   }
+  // A menu the reader has used no longer follows its options' `selected` attribute, which
+  // is all a render changes (a recipe's pill sets every part's menu): the option a render
+  // marks is made the one selected.
+  new MutationObserver((records) => {
+    for (const r of records) {
+      if (r.target.tagName === "OPTION" && r.target.hasAttribute("selected")) {
+        r.target.selected = true;
+      }
+    }
+  }).observe(document.body, { subtree: true, attributes: true, attributeFilter: ["selected"] });
   const module_or_path = new URL("gpumem_widgets_bg.wasm", import.meta.url);
   init({ module_or_path })
     .then(() => {

@@ -90,9 +90,9 @@ pub fn key_legend(keys: &[&'static str]) -> Html {
 
 /// The page's knobs through the engine first: a change it refuses is not applied, and the
 /// returned paragraph (`role=alert`, empty while nothing is refused) says why; the page keeps
-/// its state.
+/// its state. The flag: a refusal shows.
 #[hook]
-pub fn use_checked_set(set: Callback<Knobs>) -> (Callback<Knobs>, Html) {
+pub fn use_checked_set(set: Callback<Knobs>) -> (Callback<Knobs>, Html, bool) {
     let refused = use_state(|| None::<String>);
     let try_set = {
         let refused = refused.clone();
@@ -104,13 +104,14 @@ pub fn use_checked_set(set: Callback<Knobs>) -> (Callback<Knobs>, Html) {
             Err(e) => refused.set(Some(e.to_string())),
         })
     };
+    let refusing = refused.is_some();
     let note = match &*refused {
         Some(msg) => {
             html! { <p class="gm-error" role="alert">{ format!("Not applied: {msg}") }</p> }
         }
         None => html! {},
     };
-    (try_set, note)
+    (try_set, note, refusing)
 }
 
 /// A model on the size slider.

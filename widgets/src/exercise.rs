@@ -225,9 +225,15 @@ pub fn verdict(a: &Answer, guess: f64, tolerance: f64) -> (bool, String) {
         )
     } else {
         let off = if a.value != 0.0 {
+            let rel = ((guess - a.value) / a.value * 100.0).abs();
             format!(
                 "{} % {}",
-                gpumem::num::fixed(((guess - a.value) / a.value * 100.0).abs(), 0),
+                // A guess off by orders of magnitude (1e308) is not "inf %".
+                if rel < 1000.0 {
+                    gpumem::num::fixed(rel, 0)
+                } else {
+                    "more than 1,000".to_string()
+                },
                 if guess > a.value {
                     "too high"
                 } else {
@@ -373,6 +379,12 @@ mod tests {
         assert!(a.steps[0].contains("/ 8"), "{:?}", a.steps);
         assert!(verdict(&a, a.value * 1.01, 2.0).0);
         assert!(!verdict(&a, a.value * 1.1, 2.0).0);
+        assert!(verdict(&a, a.value * 1.1, 2.0).1.contains("10 % too high"));
+        let far = verdict(&a, 1e308, 2.0).1;
+        assert!(far.contains("more than 1,000 % too high"), "{far}");
+        assert!(verdict(&a, -1e308, 2.0)
+            .1
+            .contains("more than 1,000 % too low"));
         // Another model, another answer.
         let b = answer(
             &page.with("model", "llama3.2-1b"),

@@ -217,7 +217,7 @@ pub fn use_sweep(init: &Init) -> Html {
     let (k, set) = use_knobs(init, false);
     let root = use_live_marker();
     let (svg_ref, w) = use_width();
-    let (try_set, refused_msg) = use_checked_set(set);
+    let (try_set, refused_msg, _) = use_checked_set(set);
     let (title_id, summary_id) = (init.id("title"), init.id("summary"));
     let toolbar = use_toolbar(init, settings(&k));
     let axis_name = init.option("axis").unwrap_or("seq");
@@ -235,8 +235,13 @@ pub fn use_sweep(init: &Init) -> Html {
     };
     let from = count_opt("from", lo);
     let to = last_taken(&k, knob, from, count_opt("to", hi));
-    let here = k.estimate().ok();
-    let cap_now = here.as_ref().map_or(0.0, |e| e.capacity_bytes as f64);
+    // The page's own scenario refused: the engine's reason, as every widget gives it (the
+    // points it could draw would stand against no GPU).
+    let here = match k.estimate() {
+        Ok(e) => e,
+        Err(e) => return crate::chart::refused("sweep", root, e),
+    };
+    let cap_now = here.capacity_bytes as f64;
     // On a linear axis the range ends a little past where the step needs 1.5× the GPU (found
     // on the doublings, then exactly): beyond, everything is off the chart anyway, and the
     // log axis shows the whole range.
@@ -247,7 +252,7 @@ pub fn use_sweep(init: &Init) -> Html {
     };
     let cols = columns(&k, knob, &samples(from, lin_to, log));
     let cap = cap_now;
-    let gpu = here.map(|e| e.gpu).unwrap_or_default();
+    let gpu = here.gpu;
     if cols.is_empty() {
         return html! {
             <figure class="gm gm-sweep" data-widget="sweep" ref={root}>
@@ -359,8 +364,10 @@ pub fn use_sweep(init: &Init) -> Html {
             }
         )),
         (false, true) => Some(format!(
-            "The chart stops at {}, where the step needs about 1.5× the GPU; the log axis shows the whole range, to {}.",
+            "The chart stops at {}, where the step needs {}, {}× the GPU; the log axis shows the whole range, to {}.",
             label(lin_to),
+            gib(top_data),
+            gpumem::num::fixed(top_data / cap.max(1.0), 1),
             label(to)
         )),
         _ => None,

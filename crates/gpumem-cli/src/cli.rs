@@ -304,10 +304,7 @@ pub struct PlanFlags {
 fn whole(v: &str, bound: impl FnOnce() -> String) -> Result<u64, String> {
     let digits = v.strip_prefix('+').unwrap_or(v);
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!(
-            "'{}' is not a whole number",
-            gpumem::knobs::shown(v)
-        ));
+        return Err(gpumem::knobs::not_whole(v));
     }
     digits.parse::<u64>().map_err(|_| {
         format!(
@@ -687,7 +684,10 @@ mod tests {
             gpus("18446744073709551616").unwrap_err(),
             "18446744073709551616 is too large (at most 1048576 GPUs)"
         );
-        assert_eq!(gpus("-3").unwrap_err(), "'-3' is not a whole number");
+        assert_eq!(
+            gpus("-3").unwrap_err(),
+            "'-3' is negative: give a whole number"
+        );
         assert_eq!(gpus("4k").unwrap_err(), "'4k' is not a whole number");
         assert_eq!(gpus("+4"), Ok(4));
         // In range of u64 but beyond the engine's bound: the engine says so, naming the field.

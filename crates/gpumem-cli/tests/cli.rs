@@ -340,11 +340,7 @@ fn overflowing_numbers_are_refused_in_words() {
     );
     let o = gpumem(&["estimate", "--model", "gpt2", "--batch", "-3"]);
     assert_eq!(o.code, 2);
-    assert!(
-        o.stderr.contains("'-3' is not a whole number"),
-        "{}",
-        o.stderr
-    );
+    assert!(o.stderr.contains("'-3' is negative"), "{}", o.stderr);
 }
 
 /// The bounds the overflow messages state are the engine's: one past each is refused by the

@@ -101,7 +101,20 @@ pub fn count(key: &str, v: &str) -> Result<u64> {
         .parse::<u64>()
         .ok()
         .and_then(|n| n.checked_mul(mult))
-        .ok_or_else(|| Error::new(key, format!("'{}' is not a whole number", shown(v))))
+        .ok_or_else(|| Error::new(key, not_whole(v)))
+}
+
+/// Why `v` is not a whole number, quoting it: "'-3' is negative: give a whole number", "''
+/// is empty: …", "'1.5' is not a whole number".
+pub fn not_whole(v: &str) -> String {
+    let why = match v.strip_prefix('-') {
+        Some(d) if !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()) => {
+            "is negative: give a whole number"
+        }
+        _ if v.is_empty() => "is empty: give a whole number",
+        _ => "is not a whole number",
+    };
+    format!("'{}' {why}", shown(v))
 }
 
 /// Shorten what a user wrote before quoting it back in a message.

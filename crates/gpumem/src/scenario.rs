@@ -812,8 +812,14 @@ fn preset_model(name: &str, at: &str) -> Result<Model> {
         None => Err(Error::new(
             at,
             format!(
-                "unknown preset '{}' (see `gpumem presets`)",
-                truncate(name, 40)
+                "unknown preset '{}' ({})",
+                truncate(name, 40),
+                // Where the reader is: the page's model menus, or the command line.
+                if cfg!(target_arch = "wasm32") {
+                    "the model menus list the presets"
+                } else {
+                    "`gpumem presets` lists them"
+                }
             ),
         )),
     }
