@@ -1127,6 +1127,15 @@ fn the_precision_recipes_and_parts_drive_the_page() {
         Duration::from_secs(5),
     )
     .unwrap();
+    // The frozen base is stored in NF4 (its compute in the recipe's bf16).
+    let row = c
+        .eval(
+            "var r = document.querySelector('[data-widget=precision] tr[data-part=weights]'); \
+             return r.querySelector('select').value + ' ' + r.querySelectorAll('td')[1].textContent",
+            json!([]),
+        )
+        .unwrap();
+    assert_eq!(row, "nf4 0.516 B");
     // The inline value follows the recipe (at once on screen; off screen once the knobs rest).
     c.wait_for(
         &format!(

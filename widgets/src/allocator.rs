@@ -55,10 +55,11 @@ pub fn bar(slices: &[Slice], by_slice: bool, total: f64, cap: f64) -> Html {
 /// The legend: a swatch, a name and a size per slice, the sizes adding up to `total` as
 /// displayed; empty slices only when in `always`.
 pub fn legend(slices: &[Slice], always: &[&str], total: f64) -> Html {
-    let sum = Sum::of(total);
+    let bytes: Vec<f64> = slices.iter().map(|s| s.bytes).collect();
+    let sum = Sum::for_parts(&bytes, total);
     let shown: Vec<(&Slice, String)> = slices
         .iter()
-        .zip(sum.texts(&slices.iter().map(|s| s.bytes).collect::<Vec<_>>(), total))
+        .zip(sum.texts(&bytes, total))
         .filter(|(b, _)| b.bytes > 0.0 || always.contains(&b.key()))
         .collect();
     html! {

@@ -80,6 +80,19 @@ impl Sum {
         }
     }
 
+    /// The rounding for `parts` shown adding up to `total`: the total's precision, or one or
+    /// two decimals more where that is what it takes for the parts, each rounded on its own
+    /// as it reads anywhere else, to add up to the total rounded ("14.96 + 0.73 = 15.69",
+    /// never a part nudged to "14.9" beside its "15.0" elsewhere). Beyond, the rounding is
+    /// shared out ([`Sum::parts`]).
+    pub fn for_parts(parts: &[f64], total: f64) -> Sum {
+        let d = decimals(total);
+        (d..=d + 2)
+            .map(|decimals| Sum { decimals })
+            .find(|s| parts.iter().map(|&b| s.units(b)).sum::<i64>() == s.units(total))
+            .unwrap_or(Sum { decimals: d })
+    }
+
     /// The rounding for parts that add up to `total`, at the precision of the smallest one.
     pub fn of_parts(parts: &[f64], total: f64) -> Sum {
         let mut least = total;
@@ -256,6 +269,22 @@ pub fn wrap(text: &str, width: usize) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parts_read_as_rounded_on_their_own() {
+        let g = 1073741824.0;
+        // 1.0 + 1.0 would not make the 2.1 the total rounds to: two decimals, each part
+        // as it rounds on its own.
+        let (parts, total) = ([1.04 * g, 1.04 * g], 2.08 * g);
+        let s = Sum::for_parts(&parts, total);
+        assert_eq!(s.texts(&parts, total), ["1.04 GiB", "1.04 GiB"]);
+        assert_eq!(s.gib(total), "2.08 GiB");
+        // Where they add up at the total's precision, that one.
+        let (parts, total) = ([14.96 * g, 0.73 * g], 15.69 * g);
+        let s = Sum::for_parts(&parts, total);
+        assert_eq!(s.texts(&parts, total), ["15.0 GiB", "0.7 GiB"]);
+        assert_eq!(s.gib(total), "15.7 GiB");
+    }
 
     #[test]
     fn readable_numbers() {

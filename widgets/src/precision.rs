@@ -192,8 +192,12 @@ pub fn use_precision(init: &Init) -> Html {
             let id = init.id(part.key);
             // An 8-bit optimizer (bitsandbytes) keeps its states in int8 whatever the recipe
             // says, with an fp32 scale per block.
+            let qlora = matches!(&s.finetune, gpumem::scenario::Finetune::Lora(l) if l.quantized);
             let (choices, dtype) = if part.key == "optimizer" && s.optimizer.eight_bit() {
                 (&["int8"][..], Some(DType::I8))
+            } else if part.key == "weights" && qlora {
+                // QLoRA keeps the frozen base in NF4 (the recipe's dtype is its compute's).
+                (&["nf4"][..], Some(DType::Nf4))
             } else {
                 (part.choices, part.dtype)
             };

@@ -7,7 +7,7 @@ use std::fmt::Write;
 use yew::prelude::*;
 
 use crate::allocator::{use_knobs, use_live_marker};
-use crate::format::{escape_attr as esc, gib, tokens};
+use crate::format::{escape_attr as esc, gib, tokens, Sum};
 use crate::{Init, Knobs};
 
 /// A remedy: its name, what it costs, and the knob changes it makes to a scenario (`None`,
@@ -243,20 +243,25 @@ pub fn use_remedies(init: &Init) -> Html {
         list.push_str("</p>");
         match &r.after {
             Ok(a) => {
-                let d = now - a.device_bytes as f64;
+                let after = a.device_bytes as f64;
+                let d = now - after;
                 if best.is_none() && d > 0.0 {
                     best = Some((r.remedy.title.clone(), d));
                 }
+                // The saving as the difference of the two figures shown (108.7 − 71.8 =
+                // 36.9), not the difference rounded on its own.
+                let sum = Sum::of(now.max(after));
+                let du = sum.units(now) - sum.units(after);
                 let _ = write!(
                     list,
                     r#"<p class="gm-remedy-saving {}">{}: the GPU needs {} of {} ({})</p>"#,
                     if a.fits { "gm-ok" } else { "gm-over" },
                     if d >= 0.0 {
-                        format!("saves {}", gib(d))
+                        format!("saves {}", sum.show(du))
                     } else {
-                        format!("needs {} more", gib(-d))
+                        format!("needs {} more", sum.show(-du))
                     },
-                    gib(a.device_bytes as f64),
+                    sum.gib(after),
                     gib(cap),
                     if a.fits { "fits" } else { "still over" }
                 );

@@ -515,9 +515,13 @@ fn the_teaching_widgets_render_their_engine_figures_before_any_script() {
         ("precision", "bf16"),
         ("recompute", "full"),
     ]);
+    // The saving as the difference of the two figures shown.
+    let (now, after) = (e.device_bytes as f64, full.device_bytes as f64);
+    let sum = gpumem_widgets::format::Sum::of(now);
     assert!(html.contains(&format!(
-        "saves {}",
-        gib(e.device_bytes as f64 - full.device_bytes as f64)
+        "saves {}: the GPU needs {}",
+        sum.show(sum.units(now) - sum.units(after)),
+        gib(after)
     )));
     assert!(html.contains(r#"data-with="recompute=full""#), "{html}");
     // The two without a figure (expandable segments, a memory summary) are the chapter's prose.
