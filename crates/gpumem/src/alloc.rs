@@ -518,21 +518,27 @@ impl Allocator {
         Some(id)
     }
 
+    /// What `allocated` is while a request of `bytes` holds a cached block, if one can hold
+    /// it (`None`: it needs new memory from CUDA).
+    pub(crate) fn held_with(&self, bytes: u64) -> Option<u64> {
+        let size = round_size(bytes);
+        let small = size <= SMALL_SIZE;
+        let i = self.find_free(small, size)?;
+        let bsize = self.pools[Self::pool_of(small)].get(i).0;
+        let split = if small || self.cfg.expandable {
+            bsize - size >= MIN_BLOCK
+        } else {
+            size < self.cfg.max_split && bsize - size > SMALL_SIZE
+        };
+        Some(self.stats.allocated + if split { size } else { bsize })
+    }
+
     /// A tensor allocated and freed before anything else happens (an op's workspace): when
     /// a cached block can hold it, splitting it off and merging it back leaves the cache as
     /// it was, so only the peak moves; otherwise it is allocated and freed.
     pub fn transient(&mut self, bytes: u64) -> Result<(), Oom> {
-        let size = round_size(bytes);
-        let small = size <= SMALL_SIZE;
-        if let Some(i) = self.find_free(small, size) {
-            let bsize = self.pools[Self::pool_of(small)].get(i).0;
-            let split = if small || self.cfg.expandable {
-                bsize - size >= MIN_BLOCK
-            } else {
-                size < self.cfg.max_split && bsize - size > SMALL_SIZE
-            };
+        if let Some(now) = self.held_with(bytes) {
             let s = &mut self.stats;
-            let now = s.allocated + if split { size } else { bsize };
             s.peak_allocated = s.peak_allocated.max(now);
             return Ok(());
         }

@@ -363,3 +363,27 @@ fn gradient_accumulation_adds_into_the_first_gradients() {
         assert_eq!(e.peak_reserved_bytes, many.peak_reserved_bytes, "{model}");
     }
 }
+
+/// The largest free block at the peak lies in the memory reserved but not allocated then:
+/// an op's workspace that makes the step's high is held while the cache is looked at (it
+/// was elided, and the block it takes counted as free; a fuzzing run found 1.50 GiB free in
+/// 1.02 GiB unallocated).
+#[test]
+fn the_largest_free_block_at_the_peak_is_unallocated_memory() {
+    for v in [
+        serde_json::json!({"model": "phi-3.5-mini", "precision": "mixed-bf16", "recompute": "selective", "attention": "eager"}),
+        serde_json::json!({"model": "phi-3.5-mini", "batch": 2, "precision": "mixed-bf16", "recompute": "selective", "attention": "eager"}),
+        serde_json::json!({"model": "llama3.2-1b", "batch": 4, "seq": 2048}),
+        serde_json::json!({"model": "qwen2.5-0.5b", "batch": 8, "seq": 1024, "attention": "eager"}),
+        serde_json::json!({"model": "gemma-3-1b", "batch": 2, "seq": 4096, "precision": "amp-bf16"}),
+    ] {
+        let e = estimate(&Scenario::from_value(&v).unwrap()).unwrap();
+        assert!(e.reserved_replayed, "{v}");
+        assert!(
+            e.largest_free_block_bytes <= e.reserved_unallocated_bytes,
+            "{v}: largest free {} in {} unallocated",
+            e.largest_free_block_bytes,
+            e.reserved_unallocated_bytes
+        );
+    }
+}
