@@ -172,15 +172,23 @@ fn plan_table(p: &plan::Plan) -> String {
             .max()
             .unwrap_or(0)
             .max(5);
+        // And the offload column as its widest ("optimizer+params").
+        let o = p
+            .best
+            .iter()
+            .map(|c| c.layout.offload.chars().count())
+            .max()
+            .unwrap_or(0)
+            .max(8);
         s.push_str(&format!(
-            "\n{:>3}  {:>6} {:>4} {:>3} {:>3} {:>3} {:>3}  {:>4}  {:>w$}  {:>3}  {:<9} {:<8} {:>10} {:>10} {:>7} {:>9} {:>9}\n",
+            "\n{:>3}  {:>6} {:>4} {:>3} {:>3} {:>3} {:>3}  {:>4}  {:>w$}  {:>3}  {:<9} {:<o$} {:>10} {:>10} {:>7} {:>9} {:>9}\n",
             "#", "GPUs", "dp", "tp", "pp", "cp", "ep", "zero", "mbs×m", "v", "recompute", "offload",
             "peak", "headroom", "bubble", "comm/GPU", "step (s)"
         ));
         for (i, c) in p.best.iter().enumerate() {
             let l = &c.layout;
             s.push_str(&format!(
-                "{:>3}  {:>6} {:>4} {:>3} {:>3} {:>3} {:>3}  {:>4}  {:>w$}  {:>3}  {:<9} {:<8} {:>10} {:>10} {:>6.1}% {:>6.1} GB {:>9.2}\n",
+                "{:>3}  {:>6} {:>4} {:>3} {:>3} {:>3} {:>3}  {:>4}  {:>w$}  {:>3}  {:<9} {:<o$} {:>10} {:>10} {:>6.1}% {:>6.1} GB {:>9.2}\n",
                 i + 1,
                 l.gpus,
                 l.dp,
