@@ -1309,9 +1309,8 @@ fn the_5d_panel_takes_multi_digit_numbers() {
         Duration::from_secs(10),
     )
     .unwrap();
-    // What the engine refuses is said, and the field keeps it as typed, to be corrected: a
-    // negative count, a fraction, an empty field; a model field the same way. The value in
-    // use typed again is applied, and the reason goes.
+    // What the engine refuses is said, and the field goes back to the value in use: a
+    // negative count, a fraction, an empty field; a model field the same way.
     let err = "document.querySelector('[data-widget=parallelism] .gm-error')";
     for (field, typed, says) in [
         ("dp", "-2", "dp: '-2' is negative: give a whole number"),
@@ -1354,19 +1353,13 @@ fn the_5d_panel_takes_multi_digit_numbers() {
                 json!([]),
             )
             .unwrap();
-        let kept = if typed == "\u{E003}" { "" } else { typed };
-        assert_eq!(after.as_str(), Some(kept), "{field}={typed:?} not kept");
+        assert_eq!(after, before, "{field}={typed:?} left in the field");
         assert!(c
             .eval(&format!("return {sub}"), json!([]))
             .unwrap()
             .as_str()
             .unwrap()
             .contains(" 256 GPUs"));
-        let again = before.as_str().unwrap();
-        c.send_keys(&input, &format!("\u{E009}a\u{E000}{again}\u{E004}"))
-            .unwrap();
-        c.wait_for(&format!("return {err} === null"), Duration::from_secs(10))
-            .unwrap_or_else(|e| panic!("{field}: the reason stays after {again}: {e}"));
     }
     assert_no_console_errors(&c);
 }

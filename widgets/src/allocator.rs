@@ -55,11 +55,10 @@ pub fn bar(slices: &[Slice], by_slice: bool, total: f64, cap: f64) -> Html {
 /// The legend: a swatch, a name and a size per slice, the sizes adding up to `total` as
 /// displayed; empty slices only when in `always`.
 pub fn legend(slices: &[Slice], always: &[&str], total: f64) -> Html {
-    let bytes: Vec<f64> = slices.iter().map(|s| s.bytes).collect();
-    let sum = Sum::for_parts(&bytes, total);
+    let sum = Sum::of(total);
     let shown: Vec<(&Slice, String)> = slices
         .iter()
-        .zip(sum.texts(&bytes, total))
+        .zip(sum.texts(&slices.iter().map(|s| s.bytes).collect::<Vec<_>>(), total))
         .filter(|(b, _)| b.bytes > 0.0 || always.contains(&b.key()))
         .collect();
     html! {
@@ -91,9 +90,9 @@ pub fn key_legend(keys: &[&'static str]) -> Html {
 
 /// The page's knobs through the engine first: a change it refuses is not applied, and the
 /// returned paragraph (`role=alert`, empty while nothing is refused) says why; the page keeps
-/// its state. The flag: a refusal shows.
+/// its state.
 #[hook]
-pub fn use_checked_set(set: Callback<Knobs>) -> (Callback<Knobs>, Html, bool) {
+pub fn use_checked_set(set: Callback<Knobs>) -> (Callback<Knobs>, Html) {
     let refused = use_state(|| None::<String>);
     let try_set = {
         let refused = refused.clone();
@@ -105,14 +104,13 @@ pub fn use_checked_set(set: Callback<Knobs>) -> (Callback<Knobs>, Html, bool) {
             Err(e) => refused.set(Some(e.to_string())),
         })
     };
-    let refusing = refused.is_some();
     let note = match &*refused {
         Some(msg) => {
             html! { <p class="gm-error" role="alert">{ format!("Not applied: {msg}") }</p> }
         }
         None => html! {},
     };
-    (try_set, note, refusing)
+    (try_set, note)
 }
 
 /// A model on the size slider.

@@ -137,7 +137,7 @@ pub fn use_breakdown(init: &Init) -> Html {
     let (k, set) = use_knobs(init, false);
     let root = use_live_marker();
     let (svg_ref, w) = use_width();
-    let (try_set, refused_msg, _) = use_checked_set(set);
+    let (try_set, refused_msg) = use_checked_set(set);
     let (title_id, summary_id) = (init.id("title"), init.id("summary"));
     let toolbar = use_toolbar(init, settings(&k));
     let got = k.scenario().and_then(|s| k.estimate().map(|e| (s, e)));
@@ -158,8 +158,7 @@ pub fn use_breakdown(init: &Init) -> Html {
     let text_w = (w - label_x - 6.0).max(80.0);
     let chars = (text_w / 6.3).floor().max(10.0) as usize;
     let all = parts::of_estimate(&e);
-    let bytes: Vec<f64> = all.iter().map(|x| x.bytes).collect();
-    let texts = Sum::for_parts(&bytes, total).texts(&bytes, total);
+    let texts = sum.texts(&all.iter().map(|x| x.bytes).collect::<Vec<_>>(), total);
     let slices: Vec<(parts::Slice, String)> = all
         .into_iter()
         .zip(texts)

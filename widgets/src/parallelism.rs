@@ -159,33 +159,17 @@ fn secs(x: f64) -> String {
 /// 1 is a layout of its own.
 ///
 /// What the reader typed goes to the engine as it is: what it refuses ("-2", "1.5", nothing)
-/// is said, and the field keeps it, to be corrected, while the reason shows (`typed`: the
-/// field's id and text, the last number typed; `refusing`: a reason shows).
-#[inline(never)]
-fn num(
-    typed: &UseStateHandle<Option<String>>,
-    refusing: bool,
-    id: String,
-    label: &'static str,
-    value: u64,
-    on_change: Callback<String>,
-) -> Html {
-    let value = match typed.as_deref().and_then(|t| t.split_once('\n')) {
-        Some((i, text)) if refusing && i == id => text.to_string(),
-        _ => value.to_string(),
-    };
-    let (typed, key) = (typed.clone(), id.clone());
+/// is said, and the field goes back to the value in use.
+fn num(id: String, label: &'static str, value: u64, on_change: Callback<String>) -> Html {
     let onchange = Callback::from(move |e: Event| {
         let el: HtmlInputElement = e.target_unchecked_into();
-        let v = el.value().trim().to_string();
-        typed.set(Some(format!("{key}\n{v}")));
-        on_change.emit(v);
+        on_change.emit(el.value().trim().to_string());
     });
     html! {
         <div class="gm-control gm-num-input">
             <label for={id.clone()}>{ label }</label>
             <input type="number" id={id} min="1" step="1" inputmode="numeric"
-                {value} {onchange} />
+                value={value.to_string()} {onchange} />
         </div>
     }
 }
@@ -309,9 +293,7 @@ pub fn use_parallelism(init: &Init) -> Html {
     // What became of the last paste, as the page says it ("Applied: …" or "Not applied: …").
     let paste = use_state(|| None::<String>);
     let (title_id, summary_id) = (init.id("title"), init.id("summary"));
-    let (try_set, refused, refusing) = use_checked_set(set.clone());
-    // The last number typed ([`num`]).
-    let typed = use_state(|| None::<String>);
+    let (try_set, refused) = use_checked_set(set.clone());
     let toolbar = use_toolbar(init, settings(&k));
     let got = k.scenario().and_then(|s| k.estimate().map(|e| (s, e)));
     let (s, e) = match got {
@@ -334,9 +316,6 @@ pub fn use_parallelism(init: &Init) -> Html {
     let choice = |key: &'static str| {
         let (k, try_set) = (k.clone(), try_set.clone());
         Callback::from(move |v: String| try_set.emit(k.with(key, v)))
-    };
-    let num = |id: String, label: &'static str, value: u64, on_change: Callback<String>| {
-        num(&typed, refusing, id, label, value, on_change)
     };
     let opts = |v: &[(&str, &str)]| -> Vec<(String, String)> {
         v.iter()

@@ -175,7 +175,7 @@ pub fn use_precision(init: &Init) -> Html {
     let (k, set) = use_knobs(init, false);
     let root = use_live_marker();
     let (title_id, summary_id) = (init.id("title"), init.id("summary"));
-    let (try_set, refused, _) = use_checked_set(set.clone());
+    let (try_set, refused) = use_checked_set(set.clone());
     let got = k.scenario().and_then(|s| k.estimate().map(|e| (s, e)));
     let (s, e) = match got {
         Ok(x) => x,

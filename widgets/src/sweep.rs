@@ -217,7 +217,7 @@ pub fn use_sweep(init: &Init) -> Html {
     let (k, set) = use_knobs(init, false);
     let root = use_live_marker();
     let (svg_ref, w) = use_width();
-    let (try_set, refused_msg, _) = use_checked_set(set);
+    let (try_set, refused_msg) = use_checked_set(set);
     let (title_id, summary_id) = (init.id("title"), init.id("summary"));
     let toolbar = use_toolbar(init, settings(&k));
     let axis_name = init.option("axis").unwrap_or("seq");

@@ -285,13 +285,16 @@ pub fn estimate(s: &Scenario) -> Result<Estimate> {
         peak_bytes,
         peak_phase: phase,
         components,
-        model_states_bytes: (weights
-            + master
-            + optim
-            + dp.fixed
-            + grad_acc
-            + if train { grads } else { 0.0 })
-        .round() as u64,
+        // The parts as rounded, and ZeRO-3's buffers: the figure is their sum to the byte.
+        model_states_bytes: weights.round() as u64
+            + master.round() as u64
+            + optim.round() as u64
+            + if train {
+                (grads + grad_acc).round() as u64
+            } else {
+                0
+            }
+            + (dp.fixed + if train { 0.0 } else { grad_acc }).round() as u64,
         weights_bytes: weights.round() as u64,
         master_weights_bytes: master.round() as u64,
         gradients_bytes: if train {
@@ -736,7 +739,6 @@ fn pytorch_dp(s: &Scenario, name: &str, model: &Architecture) -> Result<Estimate
     });
     cap_timeline(&mut timeline, peak_bytes);
     let pc = model.params();
-    let states = base.get(Cat::Weights) + base.get(Cat::Master) + base.get(Cat::Optimizer);
     // A stage's backward names its layers by their order in the stage (not a chunk's of an
     // interleaved stage: those are named from the top).
     let of = match par.schedule {
@@ -755,7 +757,11 @@ fn pytorch_dp(s: &Scenario, name: &str, model: &Architecture) -> Result<Estimate
         peak_bytes,
         peak_phase: phase,
         components,
-        model_states_bytes: (states + st.grads).round() as u64,
+        // The parts as rounded: the figure is their sum to the byte.
+        model_states_bytes: base.get(Cat::Weights).round() as u64
+            + base.get(Cat::Master).round() as u64
+            + base.get(Cat::Optimizer).round() as u64
+            + st.grads.round() as u64,
         weights_bytes: base.get(Cat::Weights).round() as u64,
         master_weights_bytes: base.get(Cat::Master).round() as u64,
         gradients_bytes: st.grads.round() as u64,

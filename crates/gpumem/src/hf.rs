@@ -174,7 +174,10 @@ fn must_be_count(v: &Value) -> String {
     match v.as_f64() {
         Some(x) if x.is_nan() => "must be a positive integer, got NaN".into(),
         Some(x) if x < 0.0 => format!("must be a positive integer, got {}", short(x)),
+        // A fraction too small for six decimals is not "got 0"; 1e308 is not written out.
+        Some(x) if x.fract() != 0.0 && x.abs() < 1e-6 => "must be a whole number".into(),
         Some(x) if x.fract() != 0.0 => format!("must be a whole number, got {}", short(x)),
+        Some(x) if x >= 1e15 => "is too large".into(),
         Some(x) => format!("{} is too large", short(x)),
         None => format!("must be a positive integer, got {}", kind(v)),
     }
@@ -1505,7 +1508,7 @@ pub fn parse_explicit(v: &Value, at: &str) -> Result<Architecture> {
         }
     }
     // Name errors after the fields the user wrote.
-    parse_hf_config(&Value::Object(m), at).map_err(|e| {
+    let arch = parse_hf_config(&Value::Object(m), at).map_err(|e| {
         let mut e = e;
         for (short, l, g) in renames {
             for long in [l, g] {
@@ -1519,7 +1522,26 @@ pub fn parse_explicit(v: &Value, at: &str) -> Result<Architecture> {
             e.field = format!("{at}.family");
         }
         e
-    })
+    })?;
+    // Experts asked of a dense family would be dropped without a word (its config.json has
+    // no such key). Not in the browser, whose knobs never write a model this way.
+    if cfg!(not(target_arch = "wasm32")) && arch.moe.is_none() {
+        for k in ["experts", "top_k"] {
+            if o.map
+                .get(k)
+                .is_some_and(|v| !v.is_null() && v.as_u64() != Some(0))
+            {
+                return Err(Error::new(
+                    o.path(k),
+                    format!(
+                        "the {} family has no experts: name a mixture-of-experts family (mixtral, qwen2_moe, deepseek_v3, …)",
+                        truncate(&family, 40)
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(arch)
 }
 
 #[cfg(test)]

@@ -151,14 +151,20 @@ impl Precision {
                     p.reduce = d;
                 }
                 for (k, d) in [
+                    ("master", p.master.unwrap_or(DType::F32)),
                     ("grads", p.grads),
                     ("optimizer", p.optimizer),
                     ("reduce", p.reduce),
                 ] {
                     if !d.is_float_compute() {
+                        let hint = if k == "optimizer" {
+                            " (8-bit optimizers: optimizer \"adamw-8bit\")"
+                        } else {
+                            ""
+                        };
                         return Err(Error::new(
                             o.path(k),
-                            format!("{d} cannot hold {k}: use fp32, bf16 or fp16 (8-bit optimizers: optimizer \"adamw-8bit\")"),
+                            format!("{d} cannot hold {k}: use fp32, bf16 or fp16{hint}"),
                         ));
                     }
                 }

@@ -391,12 +391,18 @@ impl Scenario {
         let batch = count("batch", 1, 1, MAX_BATCH)?;
         let seq = count("seq", 2048, 1, MAX_SEQ)?;
         let new_tokens = count("new_tokens", 1, 0, MAX_SEQ)?;
-        if batch * (seq + new_tokens) > MAX_TOKENS {
+        // Training generates nothing: its tokens are batch × seq.
+        let generated = if mode == Mode::Inference {
+            new_tokens
+        } else {
+            0
+        };
+        if batch * (seq + generated) > MAX_TOKENS {
             return Err(Error::new(
                 "batch",
                 format!(
-                    "batch × (seq + new_tokens) = {} tokens is beyond the supported 2^40",
-                    batch * (seq + new_tokens)
+                    "batch × (seq + new_tokens when generating) = {} tokens is beyond the supported 2^40",
+                    batch * (seq + generated)
                 ),
             ));
         }
@@ -583,6 +589,13 @@ impl Scenario {
                     "tp, pp, cp and ep need an architecture, not only a parameter count".into(),
                 );
             }
+            // Adapters go on named modules: without them the run would be full fine-tuning.
+            if !matches!(self.finetune, Finetune::Full) {
+                return Err(Error::new(
+                    "finetune",
+                    "LoRA and QLoRA need an architecture, not only a parameter count",
+                ));
+            }
             return Ok(());
         };
         // Tensor parallelism splits every kind of head: query, key/value (not MLA's, which
@@ -740,6 +753,20 @@ fn parse_model(v: &Value) -> Result<Model> {
         Value::String(s) => preset_model(s, "model"),
         Value::Object(_) => {
             let o = Obj::new(v, "model")?;
+            // A way to name the model given as null is not another way left out (the
+            // knobs never write one so).
+            for (k, what) in [
+                ("preset", "a preset name"),
+                ("hf_config", "a config.json object"),
+                ("params", "a parameter count"),
+            ] {
+                if cfg!(not(target_arch = "wasm32")) && o.map.get(k).is_some_and(Value::is_null) {
+                    return Err(Error::new(
+                        format!("model.{k}"),
+                        format!("must be {what}, got null"),
+                    ));
+                }
+            }
             if let Some(p) = o.str_opt("preset")? {
                 cli_only(|| o.only(&["preset", "name"]))?;
                 // A name for a preset: the command line's (the knobs name none).
@@ -1013,7 +1040,21 @@ fn parse_parallel(v: &Value) -> Result<Parallel> {
             ));
         }
         if strategy.eq_ignore_ascii_case("hybrid_shard") {
-            p.shard_group = o.u64_opt("shard_group")?.unwrap_or(8).min(p.dp);
+            p.shard_group = match o.u64_opt("shard_group")? {
+                Some(g) => g.min(p.dp),
+                // Sharded within a node (8 GPUs), which must divide the data-parallel ranks
+                // (the knobs never write hybrid_shard).
+                None if cfg!(not(target_arch = "wasm32")) && p.dp > 8 && p.dp % 8 != 0 => {
+                    return Err(Error::new(
+                        o.path("fsdp"),
+                        format!(
+                            "hybrid_shard shards within a node of 8 GPUs, which does not divide dp ({}): give shard_group",
+                            p.dp
+                        ),
+                    ))
+                }
+                None => 8.min(p.dp),
+            };
         }
     }
     if let Some(g) = o.u64_opt("shard_group")? {
