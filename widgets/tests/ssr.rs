@@ -152,6 +152,16 @@ fn sweep_finds_exactly_where_it_stops_fitting() {
     }
     let batch = render(&init("sweep", SMALL, &[("axis", "batch")])).unwrap();
     assert!(batch.contains("Memory against batch"));
+    // The page's scenario refused (GPT-2 large holds 1,024 positions): the engine's reason,
+    // not points drawn against a GPU of 0 GiB (a reader's review).
+    let refused = render(&init(
+        "sweep",
+        &[("model", "gpt2-large"), ("seq", "2k")],
+        &[("axis", "seq")],
+    ))
+    .unwrap();
+    assert!(refused.contains("Cannot estimate: seq"), "{refused}");
+    assert!(!refused.contains("0 GiB"), "{refused}");
     // A linear axis by default; its levers when asked for.
     let lin = render(&init(
         "sweep",
