@@ -260,7 +260,7 @@ pub fn use_precision(init: &Init) -> Html {
             </div>
             <div class="gm-scroll"><table class="gm-table">
                 <thead><tr><th scope="col">{ "Part" }</th><th scope="col">{ "Stored as" }</th>
-                    <th scope="col">{ "Bytes per value" }</th><th scope="col">{ "At the peak" }</th></tr></thead>
+                    <th scope="col">{ "Bytes per value" }</th><th scope="col">{ "On the GPU" }</th></tr></thead>
                 <tbody>{ rows }</tbody>
             </table></div>
             { refused }

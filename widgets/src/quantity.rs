@@ -361,7 +361,7 @@ pub fn substitute(s: &Scenario, e: &Estimate, q: &str) -> Option<String> {
             let terms: Vec<String> = slices
                 .iter()
                 .zip(t)
-                .map(|(x, t)| format!("{t} ({})", x.label().to_ascii_lowercase()))
+                .map(|(x, t)| format!("{t} ({})", x.label()))
                 .collect();
             format!("M_peak = {} = {}", terms.join(" + "), sum.gib(total))
         }

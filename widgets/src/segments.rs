@@ -131,7 +131,7 @@ pub fn Segments(init: &Init) -> Html {
             </svg>
             <ul class="gm-legend">
                 <li><span class="gm-swatch gm-blk-a-sw" aria-hidden="true"></span><span class="gm-name">{ "allocated" }</span><span class="gm-num">{ gib(used as f64) }</span></li>
-                <li><span class="gm-swatch gm-blk-f-sw" aria-hidden="true"></span><span class="gm-name">{ "cached, free" }</span><span class="gm-num">{ gib(held.saturating_sub(used) as f64) }</span></li>
+                <li><span class="gm-swatch gm-blk-f-sw" aria-hidden="true"></span><span class="gm-name">{ "cached, free (drawn pale)" }</span><span class="gm-num">{ gib(held.saturating_sub(used) as f64) }</span></li>
             </ul>
             <p class="gm-note">{ summary.clone() }</p>
             if let Some(c) = compare {
