@@ -47,7 +47,7 @@ fn run(cli: Cli) -> Result<String, String> {
             Ok(if a.json {
                 serde_json::to_string_pretty(&e).expect("estimate serialises")
             } else {
-                table(&e)
+                table(&e, &scenario)
             })
         }
         Command::Plan(a) => {
@@ -237,14 +237,22 @@ fn gib(b: f64) -> String {
     format!("{:.2} GiB", b / (1u64 << 30) as f64)
 }
 
-fn table(e: &Estimate) -> String {
+fn table(e: &Estimate, sc: &Scenario) -> String {
     let mut s = String::new();
     let line = |s: &mut String, k: &str, v: String| s.push_str(&format!("{k:<26}{v}\n"));
     line(&mut s, "model", e.model.clone());
     line(
         &mut s,
         "parameters",
-        format!("{} ({} trainable)", e.params, e.trainable_params),
+        // A LoRA run trains its adapters, which are not among the model's parameters.
+        if matches!(sc.finetune, gpumem::scenario::Finetune::Lora(_)) {
+            format!(
+                "{} (+ {} trainable in LoRA adapters)",
+                e.params, e.trainable_params
+            )
+        } else {
+            format!("{} ({} trainable)", e.params, e.trainable_params)
+        },
     );
     line(
         &mut s,

@@ -24,7 +24,10 @@ pub struct Point {
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct Estimate {
     pub model: String,
+    /// The model's parameters (a LoRA run's adapters are not among them).
     pub params: u64,
+    /// What the optimizer updates: every parameter, or a LoRA run's adapters (then in
+    /// addition to `params`, and not always fewer).
     pub trainable_params: u64,
     /// Parameters used per token (MoE: routed experts count top-k of all).
     pub active_params: u64,
