@@ -1360,6 +1360,13 @@ fn the_5d_panel_takes_multi_digit_numbers() {
             .as_str()
             .unwrap()
             .contains(" 256 GPUs"));
+        // The value in use typed again (no change event: it is what the field shows) is
+        // applied, and the reason goes.
+        let again = before.as_str().unwrap();
+        c.send_keys(&input, &format!("\u{E009}a\u{E000}{again}\u{E007}"))
+            .unwrap();
+        c.wait_for(&format!("return {err} === null"), Duration::from_secs(10))
+            .unwrap_or_else(|e| panic!("{field}: the reason stays after {again}: {e}"));
     }
     assert_no_console_errors(&c);
 }

@@ -32,6 +32,18 @@ if (document.querySelector("[data-gpumem]")) {
       }
     }
   }).observe(document.body, { subtree: true, attributes: true, attributeFilter: ["selected"] });
+  // A number field whose number the engine refused goes back to the value in use, with the
+  // reason beside it; that value typed again fires no change event, and the reason would
+  // stay. Enter on a field as it was when it got the focus applies it anyway.
+  document.addEventListener("focusin", (e) => {
+    if (e.target.matches?.(".gm-num-input input")) e.target.dataset.was = e.target.value;
+  });
+  document.addEventListener("keydown", (e) => {
+    const t = e.target;
+    if (e.key === "Enter" && t.matches?.(".gm-num-input input") && t.value === t.dataset.was) {
+      t.dispatchEvent(new Event("change", { bubbles: true }));
+    }
+  });
   const module_or_path = new URL("gpumem_widgets_bg.wasm", import.meta.url);
   init({ module_or_path })
     .then(() => {
