@@ -43,6 +43,9 @@ fn run(cli: Cli) -> Result<String, String> {
             let input = Input::new(&a.scenario, None)?;
             let scenario = Scenario::from_value(&input.value()).map_err(|e| input.error(e))?;
             cli::unused(&a.scenario, &scenario)?;
+            if let Some(e) = unused_in_file(&input.value(), &scenario) {
+                return Err(input.error(e));
+            }
             let e = estimate(&scenario).map_err(|e| e.to_string())?;
             Ok(if a.json {
                 serde_json::to_string_pretty(&e).expect("estimate serialises")
@@ -135,6 +138,34 @@ impl Input {
             None => e.to_string(),
         }
     }
+}
+
+/// What a scenario file sets that its scenario does not use, refused as the flags are
+/// ([`cli::unused`]): tokens to generate in training, a pipeline schedule without stages.
+/// (Plan requests may give a schedule: the planner sweeps the stages.)
+fn unused_in_file(v: &Value, s: &Scenario) -> Option<gpumem::Error> {
+    if s.mode == gpumem::scenario::Mode::Train && v.get("new_tokens").is_some() {
+        return Some(gpumem::Error::new(
+            "new_tokens",
+            "counts in mode \"inference\" only; a training step generates no tokens",
+        ));
+    }
+    let p = v.get("parallel");
+    let given = |k: &str, plain: Value| p.and_then(|p| p.get(k)).is_some_and(|x| *x != plain);
+    if s.parallel.pp == 1 {
+        for (k, plain) in [
+            ("schedule", Value::from("1f1b")),
+            ("virtual_stages", Value::from(1)),
+        ] {
+            if given(k, plain) {
+                return Some(gpumem::Error::new(
+                    format!("parallel.{k}"),
+                    "needs pp above 1 (a pipeline's schedule)",
+                ));
+            }
+        }
+    }
+    None
 }
 
 fn plan_table(p: &plan::Plan) -> String {

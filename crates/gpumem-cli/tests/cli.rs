@@ -562,3 +562,48 @@ fn a_key_given_twice_or_an_empty_file_name_is_refused() {
         let _ = std::fs::remove_file(tmp(f));
     }
 }
+
+/// What a scenario file sets that its scenario does not use is refused, as the flags are
+/// (a fuzzing run found both taken without a word), naming the file and the field; the
+/// same settings where they are used are taken.
+#[test]
+fn a_scenario_file_setting_what_its_scenario_does_not_use_is_refused() {
+    for (name, text, says) in [
+        (
+            "train-new-tokens.json",
+            r#"{"model": "gpt2", "seq": 512, "mode": "train", "new_tokens": 5}"#,
+            Some("new_tokens: counts in mode \"inference\" only"),
+        ),
+        (
+            "schedule-no-pp.json",
+            r#"{"model": "gpt2", "seq": 512, "parallel": {"schedule": "interleaved", "virtual_stages": 4}}"#,
+            Some("parallel.schedule: needs pp above 1"),
+        ),
+        (
+            "inference-new-tokens.json",
+            r#"{"model": "gpt2", "mode": "inference", "seq": 512, "new_tokens": 5}"#,
+            None,
+        ),
+        (
+            "gpipe.json",
+            r#"{"model": "llama3.1-8b", "parallel": {"pp": 2, "schedule": "gpipe", "grad_accum": 4}}"#,
+            None,
+        ),
+    ] {
+        let f = tmp(name);
+        std::fs::write(&f, text).unwrap();
+        let path = f.to_str().unwrap();
+        let o = gpumem(&["estimate", "--scenario", path]);
+        match says {
+            Some(says) => {
+                assert_eq!(o.code, 2, "{name}: {}", o.stdout);
+                assert!(
+                    o.stderr.contains(&format!("{path}: {says}")),
+                    "{name}: {}",
+                    o.stderr
+                );
+            }
+            None => assert_eq!(o.code, 0, "{name}: {}", o.stderr),
+        }
+    }
+}
