@@ -1110,10 +1110,21 @@ fn parse_moe(o: &Obj<'_>, family: Family, a: &Architecture) -> Result<Option<Moe
     if experts == 0 {
         return Ok(None);
     }
+    // Each token is routed to at most every expert.
+    let routed = || -> Result<u64> {
+        let k = o.bounded_req("num_experts_per_tok", 1, u64::MAX)?;
+        if k > experts {
+            return Err(Error::new(
+                o.path("num_experts_per_tok"),
+                format!("{k} is more than the model's {experts} experts"),
+            ));
+        }
+        Ok(k)
+    };
     let top_k = match (o.get("num_experts_per_tok"), top_default) {
-        (None, 0) => o.bounded_req("num_experts_per_tok", 1, experts)?,
+        (None, 0) => routed()?,
         (None, d) => d.min(experts),
-        (Some(_), _) => o.bounded_req("num_experts_per_tok", 1, experts)?,
+        (Some(_), _) => routed()?,
     };
     let inter = match (family, inter_default) {
         (Mixtral, _) => a.intermediate,

@@ -371,6 +371,17 @@ pub fn parse_gpu_counts(text: &str) -> std::result::Result<Vec<u64>, String> {
     };
     if let Some((a, rest)) = text.split_once("..") {
         let (b, step) = match rest.split_once(':') {
+            // The step is a count of GPUs too, named as the step (the browser's planner
+            // writes no step).
+            Some((b, s)) if cfg!(not(target_arch = "wasm32")) => (
+                b,
+                Some(num(s).map_err(|_| {
+                    format!(
+                        "the step '{}' is not a whole number between 1 and {MAX_PLAN_GPUS}",
+                        s.trim().chars().take(20).collect::<String>()
+                    )
+                })?),
+            ),
             Some((b, s)) => (b, Some(num(s)?)),
             None => (rest, None),
         };
