@@ -58,7 +58,7 @@ pub fn legend(slices: &[Slice], always: &[&str], total: f64) -> Html {
     let sum = Sum::of(total);
     let shown: Vec<(&Slice, String)> = slices
         .iter()
-        .zip(sum.texts(&slices.iter().map(|s| s.bytes).collect::<Vec<_>>(), total))
+        .zip(sum.texts(&slices.iter().map(|s| s.bytes).collect::<Vec<_>>()))
         .filter(|(b, _)| b.bytes > 0.0 || always.contains(&b.key()))
         .collect();
     html! {

@@ -158,7 +158,7 @@ pub fn use_breakdown(init: &Init) -> Html {
     let text_w = (w - label_x - 6.0).max(80.0);
     let chars = (text_w / 6.3).floor().max(10.0) as usize;
     let all = parts::of_estimate(&e);
-    let texts = sum.texts(&all.iter().map(|x| x.bytes).collect::<Vec<_>>(), total);
+    let texts = sum.texts(&all.iter().map(|x| x.bytes).collect::<Vec<_>>());
     let slices: Vec<(parts::Slice, String)> = all
         .into_iter()
         .zip(texts)

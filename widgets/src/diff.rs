@@ -132,7 +132,7 @@ pub fn use_diff(init: &Init) -> Html {
     };
     let (from, to) = (w.from as f64, w.to as f64);
     let sum = Sum::of(from.max(to));
-    // Each step as shown, rounded so that they add up to the difference as shown.
+    // Each step as shown: the difference of the peaks shown around it.
     let shown = signed_texts(&sum, &w.steps, from, to);
     let mut run = from;
     let mut high = from.max(to);
@@ -223,19 +223,20 @@ pub fn use_diff(init: &Init) -> Html {
     }
 }
 
-/// The steps' sizes as text, at `sum`'s precision, adding up to the difference as shown.
-fn signed_texts(sum: &Sum, steps: &[Step], from: f64, to: f64) -> Vec<String> {
-    let exact: Vec<f64> = steps.iter().map(|s| s.bytes as f64).collect();
-    let want = sum.units(to) - sum.units(from);
-    let parts = sum.parts(&exact, to - from);
-    // `parts` shares out the rounding of the difference itself; the difference as shown is
-    // the rounded ends' (which may differ by one unit).
-    let mut units = parts;
-    let got: i64 = units.iter().sum();
-    if let (Some(last), true) = (units.iter_mut().max_by_key(|u| u.abs()), got != want) {
-        *last += want - got;
-    }
-    units.into_iter().map(|u| signed_units(sum, u)).collect()
+/// The steps' sizes as text, at `sum`'s precision: each the difference of the peaks shown
+/// before and after it, so that every row's arithmetic holds as shown (62.7 + 15.0 = 77.7)
+/// and the steps add up to the difference of the ends as shown.
+fn signed_texts(sum: &Sum, steps: &[Step], from: f64, _to: f64) -> Vec<String> {
+    let mut at = from;
+    steps
+        .iter()
+        .map(|s| {
+            let next = at + s.bytes as f64;
+            let u = sum.units(next) - sum.units(at);
+            at = next;
+            signed_units(sum, u)
+        })
+        .collect()
 }
 
 /// Units with an explicit sign: "+1.2 GiB", "−3.4 GiB".

@@ -64,12 +64,16 @@ pub fn delta(bytes: f64) -> String {
     }
 }
 
-/// Sizes that are shown as a sum: every part rounded at the total's decimals, and the
-/// rounding of the parts shared out (largest remainders first) so that the parts as displayed
-/// add up to the total as displayed.
+/// Sizes that are shown as a sum. Every figure reads as it rounds on its own, as it reads
+/// anywhere else on the page; a sum shows its parts at the total's precision, or one or two
+/// decimals more where that is what it takes for them to add up to the total shown, and
+/// where none does, says the total is approximate ("≈": three equal parts of 1.04 GiB
+/// never add up to 3.12 at one decimal or two).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Sum {
     decimals: usize,
+    /// The parts shown do not add up to the total shown.
+    approx: bool,
 }
 
 impl Sum {
@@ -77,20 +81,23 @@ impl Sum {
     pub fn of(total: f64) -> Sum {
         Sum {
             decimals: decimals(total),
+            approx: false,
         }
     }
 
-    /// The rounding for `parts` shown adding up to `total`: the total's precision, or one or
-    /// two decimals more where that is what it takes for the parts, each rounded on its own
-    /// as it reads anywhere else, to add up to the total rounded ("14.96 + 0.73 = 15.69",
-    /// never a part nudged to "14.9" beside its "15.0" elsewhere). Beyond, the rounding is
-    /// shared out ([`Sum::parts`]).
+    /// The rounding for `parts` shown adding up to `total` (see [`Sum`]).
     pub fn for_parts(parts: &[f64], total: f64) -> Sum {
         let d = decimals(total);
         (d..=d + 2)
-            .map(|decimals| Sum { decimals })
+            .map(|decimals| Sum {
+                decimals,
+                approx: false,
+            })
             .find(|s| parts.iter().map(|&b| s.units(b)).sum::<i64>() == s.units(total))
-            .unwrap_or(Sum { decimals: d })
+            .unwrap_or(Sum {
+                decimals: d,
+                approx: true,
+            })
     }
 
     /// The rounding for parts that add up to `total`, at the precision of the smallest one.
@@ -102,6 +109,15 @@ impl Sum {
             }
         }
         Sum::of(least)
+    }
+
+    /// What joins the parts to the total: "=", or "≈" where they do not add up as shown.
+    pub fn eq(&self) -> &'static str {
+        if self.approx {
+            "≈"
+        } else {
+            "="
+        }
     }
 
     fn scale(&self) -> f64 {
@@ -129,48 +145,9 @@ impl Sum {
         self.show(self.units(bytes))
     }
 
-    /// The parts in units, adding up to the total's units exactly.
-    pub fn parts(&self, parts: &[f64], total: f64) -> Vec<i64> {
-        self.parts_to(parts, self.units(total))
-    }
-
-    /// The parts in units, adding up to `total` units exactly.
-    pub fn parts_to(&self, parts: &[f64], total: i64) -> Vec<i64> {
-        let exact: Vec<f64> = parts.iter().map(|b| b * self.scale()).collect();
-        let mut units: Vec<i64> = exact.iter().map(|x| x.floor() as i64).collect();
-        let mut short = total - units.iter().sum::<i64>();
-        // Hand the missing units to the largest remainders (or take the excess from the
-        // smallest), one each, in a stable order.
-        let mut order: Vec<usize> = (0..parts.len()).collect();
-        gpumem::order::sort_by(&mut order, |&a, &b| {
-            let (ra, rb) = (exact[a] - exact[a].floor(), exact[b] - exact[b].floor());
-            rb.total_cmp(&ra)
-        });
-        let n = order.len();
-        let mut i = 0;
-        while short > 0 && n > 0 {
-            units[order[i % n]] += 1;
-            short -= 1;
-            i += 1;
-        }
-        let mut i = 0;
-        while short < 0 && n > 0 {
-            let k = order[n - 1 - (i % n)];
-            if units[k] > 0 || i >= n {
-                units[k] -= 1;
-                short += 1;
-            }
-            i += 1;
-        }
-        units
-    }
-
-    /// The parts as text, adding up to [`Sum::gib`] of the total.
-    pub fn texts(&self, parts: &[f64], total: f64) -> Vec<String> {
-        self.parts(parts, total)
-            .into_iter()
-            .map(|u| self.show(u))
-            .collect()
+    /// The parts as text at this sum's precision, each rounded on its own.
+    pub fn texts(&self, parts: &[f64]) -> Vec<String> {
+        parts.iter().map(|&b| self.gib(b)).collect()
     }
 }
 
@@ -277,12 +254,12 @@ mod tests {
         // as it rounds on its own.
         let (parts, total) = ([1.04 * g, 1.04 * g], 2.08 * g);
         let s = Sum::for_parts(&parts, total);
-        assert_eq!(s.texts(&parts, total), ["1.04 GiB", "1.04 GiB"]);
+        assert_eq!(s.texts(&parts), ["1.04 GiB", "1.04 GiB"]);
         assert_eq!(s.gib(total), "2.08 GiB");
         // Where they add up at the total's precision, that one.
         let (parts, total) = ([14.96 * g, 0.73 * g], 15.69 * g);
         let s = Sum::for_parts(&parts, total);
-        assert_eq!(s.texts(&parts, total), ["15.0 GiB", "0.7 GiB"]);
+        assert_eq!(s.texts(&parts), ["15.0 GiB", "0.7 GiB"]);
         assert_eq!(s.gib(total), "15.7 GiB");
     }
 
@@ -333,35 +310,19 @@ mod tests {
     }
 
     #[test]
-    fn displayed_parts_add_up_to_the_displayed_total() {
-        // 3 × 1.04 GiB: each rounds to 1.0, the total to 3.1.
+    fn a_sum_that_cannot_add_up_says_so() {
+        // 3 × 1.04 = 3.12: 1.0 + 1.0 + 1.0 ≠ 3.1, 1.04 × 3 = 3.12 at two decimals.
         let parts = [1.04 * GIB, 1.04 * GIB, 1.04 * GIB];
-        let s = Sum::of(3.12 * GIB);
-        let u = s.parts(&parts, 3.12 * GIB);
-        assert_eq!(u.iter().sum::<i64>(), s.units(3.12 * GIB));
-        assert_eq!(
-            s.texts(&parts, 3.12 * GIB),
-            ["1.1 GiB", "1.0 GiB", "1.0 GiB"]
-        );
-        // Below 1 GiB: hundredths, and a total below the parts' rounding.
-        let parts = [0.336 * GIB, 0.336 * GIB, 0.336 * GIB];
-        let s = Sum::of(1.008 * GIB);
-        assert_eq!(
-            s.texts(&parts, 1.008 * GIB),
-            ["0.4 GiB", "0.3 GiB", "0.3 GiB"]
-        );
-        let parts = [0.126 * GIB, 0.126 * GIB];
-        let s = Sum::of(0.252 * GIB);
-        assert_eq!(
-            s.texts(&parts, 0.252 * GIB),
-            ["0.13 GiB", "0.12 GiB"],
-            "hundredths below 1 GiB"
-        );
-        // Excess taken back from the smallest remainders, never below zero.
-        let parts = [0.96 * GIB, 0.96 * GIB, 0.0];
-        let s = Sum::of(1.9 * GIB);
-        let t = s.parts(&parts, 1.9 * GIB);
-        assert_eq!(t.iter().sum::<i64>(), 19);
-        assert!(t.iter().all(|&x| x >= 0), "{t:?}");
+        let s = Sum::for_parts(&parts, 3.12 * GIB);
+        assert_eq!(s.texts(&parts), ["1.04 GiB", "1.04 GiB", "1.04 GiB"]);
+        assert_eq!((s.eq(), s.gib(3.12 * GIB).as_str()), ("=", "3.12 GiB"));
+        // 14.9575 × 2 + 29.9151 = 59.8301: no precision up to three decimals adds up, each
+        // part still reads as it rounds, the total approximate.
+        let w = 8_030_261_248.0 * 2.0;
+        let parts = [w, 0.0, w, 2.0 * w];
+        let s = Sum::for_parts(&parts, 4.0 * w);
+        assert_eq!(s.texts(&parts)[0], "15.0 GiB");
+        assert_eq!(s.eq(), "≈");
+        assert_eq!(s.gib(4.0 * w), "59.8 GiB");
     }
 }

@@ -233,13 +233,22 @@ pub fn use_precision(init: &Init) -> Html {
         .find(|(r, _)| *r == recipe)
         .map(|(_, l)| *l)
         .unwrap_or("custom");
+    // As the table's rows read: QLoRA's base in NF4, an 8-bit optimizer's states in int8.
     let summary = format!(
         "{} with {recipe_name} precision: weights {}, master {}, gradients {}, optimizer states {} ({}). {} of {} on {}: {}.",
         e.model,
-        s.precision.weights,
+        if matches!(&s.finetune, gpumem::scenario::Finetune::Lora(l) if l.quantized) {
+            DType::Nf4
+        } else {
+            s.precision.weights
+        },
         s.precision.master.map(DType::name).unwrap_or("none"),
         s.precision.grads,
-        s.precision.optimizer,
+        if s.optimizer.eight_bit() {
+            DType::I8
+        } else {
+            s.precision.optimizer
+        },
         s.optimizer.name(),
         gib(total),
         gib(cap),

@@ -187,13 +187,14 @@ fn quantized_text(e: &Estimate, z: &Quantized) -> String {
     let bytes: Vec<f64> = terms.iter().map(|t| t.1).collect();
     let sum = Sum::for_parts(&bytes, total);
     format!(
-        "M_weights = {} = {} = {}",
+        "M_weights = {} = {} {} {}",
         terms
             .iter()
             .map(|t| t.0.as_str())
             .collect::<Vec<_>>()
             .join(" + "),
-        sum.texts(&bytes, total).join(" + "),
+        sum.texts(&bytes).join(" + "),
+        sum.eq(),
         sum.gib(total)
     )
 }
@@ -245,15 +246,16 @@ pub fn substitute(s: &Scenario, e: &Estimate, q: &str) -> Option<String> {
             let adapters = e.trainable_params as f64 * 4.0;
             let total = e.weights_bytes as f64;
             let sum = Sum::for_parts(&[frozen, adapters], total);
-            let t = sum.texts(&[frozen, adapters], total);
+            let t = sum.texts(&[frozen, adapters]);
             format!(
-                "M_weights = {} × {} B ({}, frozen) + {} × 4 B (fp32 adapters) = {} + {} = {}",
+                "M_weights = {} × {} B ({}, frozen) + {} × 4 B (fp32 adapters) = {} + {} {} {}",
                 params(e.params),
                 short(p.weights.bytes()),
                 p.weights,
                 params(e.trainable_params),
                 t[0],
                 t[1],
+                sum.eq(),
                 sum.gib(total)
             )
         }
@@ -303,13 +305,14 @@ pub fn substitute(s: &Scenario, e: &Estimate, q: &str) -> Option<String> {
                 e.optimizer_states_bytes as f64,
             ];
             let sum = Sum::for_parts(&states, total);
-            let t = sum.texts(&states, total);
+            let t = sum.texts(&states);
             format!(
-                "M_states = {} + {} + {} + {} = {}",
+                "M_states = {} + {} + {} + {} {} {}",
                 t[0],
                 t[1],
                 t[2],
                 t[3],
+                sum.eq(),
                 sum.gib(total)
             )
         }
@@ -357,40 +360,39 @@ pub fn substitute(s: &Scenario, e: &Estimate, q: &str) -> Option<String> {
                 .collect();
             let bytes: Vec<f64> = slices.iter().map(|x| x.bytes).collect();
             let sum = Sum::for_parts(&bytes, total);
-            let t = sum.texts(&bytes, total);
+            let t = sum.texts(&bytes);
             let terms: Vec<String> = slices
                 .iter()
                 .zip(t)
                 .map(|(x, t)| format!("{t} ({})", x.label()))
                 .collect();
-            format!("M_peak = {} = {}", terms.join(" + "), sum.gib(total))
+            format!(
+                "M_peak = {} {} {}",
+                terms.join(" + "),
+                sum.eq(),
+                sum.gib(total)
+            )
         }
         "device" => {
             let total = e.device_bytes as f64;
-            let sum = Sum::for_parts(
-                &[
-                    e.peak_bytes as f64,
-                    e.cuda_context_bytes as f64,
-                    e.managed_bytes as f64,
-                ],
-                total,
-            );
             // The widgets do not replay the caching allocator: no cache term (chapter 6).
-            // M_peak reads as it does on its own line; the rest takes up the rounding.
-            let peak = sum.units(e.peak_bytes as f64);
-            let t = sum.parts_to(
-                &[e.cuda_context_bytes as f64, e.managed_bytes as f64],
-                sum.units(total) - peak,
-            );
+            let parts = [
+                e.peak_bytes as f64,
+                e.cuda_context_bytes as f64,
+                e.managed_bytes as f64,
+            ];
+            let sum = Sum::for_parts(&parts, total);
+            let t = sum.texts(&parts);
             let paged = if e.managed_bytes > 0 {
-                format!(" + {} (paged optimizer states)", sum.show(t[1]))
+                format!(" + {} (paged optimizer states)", t[2])
             } else {
                 String::new()
             };
             format!(
-                "M_device = {} + {}{paged} = {}",
-                sum.show(peak),
-                sum.show(t[0]),
+                "M_device = {} + {}{paged} {} {}",
+                t[0],
+                t[1],
+                sum.eq(),
                 sum.gib(total)
             )
         }
@@ -441,6 +443,15 @@ mod tests {
         (s, e)
     }
 
+    /// A formula line's last terms, its total and whether they are joined by "=" (not "≈").
+    fn ends(line: &str) -> (&str, &str, bool) {
+        match (line.rsplit_once(" = "), line.rsplit_once(" ≈ ")) {
+            (_, Some((l, t))) => (l.rsplit(" = ").next().unwrap(), t, false),
+            (Some((l, t)), None) => (l.rsplit(" = ").next().unwrap(), t, true),
+            (None, None) => panic!("no total: {line}"),
+        }
+    }
+
     /// `text` ("14.96 GiB") is `bytes` correctly rounded at the decimals it shows.
     fn rounds_to(text: &str, bytes: f64) -> bool {
         let t = text.trim_end_matches(" GiB").replace(',', "");
@@ -480,16 +491,17 @@ mod tests {
                         s.allocator.replay = false;
                         let e = gpumem::estimate(&s).unwrap();
                         let peak = substitute(&s, &e, "peak").unwrap();
-                        let total = peak.rsplit(" = ").next().unwrap();
+                        let (_, total, _) = ends(&peak);
                         let device = substitute(&s, &e, "device").unwrap();
-                        let (terms, shown) =
-                            device["M_device = ".len()..].split_once(" = ").unwrap();
-                        let first = terms.split(" + ").next().unwrap();
+                        let (terms, shown, exact) = ends(&device["M_device = ".len()..]);
+                        let t: Vec<&str> = terms.split(" + ").collect();
                         assert!(rounds_to(total, e.peak_bytes as f64), "{peak}");
-                        assert!(rounds_to(first, e.peak_bytes as f64), "{device}");
+                        assert!(rounds_to(t[0], e.peak_bytes as f64), "{device}");
+                        assert!(rounds_to(t[1], e.cuda_context_bytes as f64), "{device}");
                         assert!(rounds_to(shown, e.device_bytes as f64), "{device}");
-                        let sum: f64 = terms.split(" + ").map(num).sum();
-                        assert!((sum - num(shown)).abs() < 1e-6, "{device}");
+                        // "=" where the terms add up as shown, "≈" where they cannot.
+                        let sum: f64 = t.iter().map(|x| num(x)).sum();
+                        assert_eq!((sum - num(shown)).abs() < 1e-6, exact, "{device}");
                         let formula = substitute(&s, &e, "headroom").unwrap();
                         let prose = show(&e, "headroom", "");
                         assert!(
@@ -585,27 +597,21 @@ mod tests {
 
     #[test]
     fn sums_add_up_as_displayed() {
-        let (s, e) = est(&[("model", "llama3.1-8b"), ("precision", "mixed-bf16")]);
-        for q in ["model_states", "peak", "device"] {
-            let t = substitute(&s, &e, q).unwrap();
-            let (lhs, total) = t.rsplit_once(" = ").unwrap();
-            let lhs = lhs.split(" = ").last().unwrap();
-            let tenths: i64 = lhs
-                .split(" + ")
-                .map(|x| {
-                    let g = x.split(" GiB").next().unwrap().replace('.', "");
+        for p in ["mixed-bf16", "bf16", "fp8", "amp-bf16", "fp32"] {
+            let (s, e) = est(&[("model", "llama3.1-8b"), ("precision", p)]);
+            for q in ["model_states", "peak", "device"] {
+                let t = substitute(&s, &e, q).unwrap();
+                let (lhs, total, exact) = ends(&t);
+                // In the units of the total's last decimal.
+                let units = |x: &str| -> i64 {
+                    let g = x.split(" GiB").next().unwrap().replace([',', '.'], "");
                     g.parse::<i64>().unwrap()
-                })
-                .sum();
-            let want: i64 = total
-                .split(" GiB")
-                .next()
-                .unwrap()
-                .replace('.', "")
-                .parse()
-                .unwrap();
-            assert_eq!(tenths, want, "{q}: {t}");
+                };
+                let sum: i64 = lhs.split(" + ").map(units).sum();
+                assert_eq!(sum == units(total), exact, "{p} {q}: {t}");
+            }
         }
+        let (_, e) = est(&[("model", "llama3.1-8b"), ("precision", "mixed-bf16")]);
         assert_eq!(show(&e, "params", "count"), count(e.params));
         assert_eq!(show(&e, "model_states", "per-param"), "16");
     }

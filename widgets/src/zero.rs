@@ -294,8 +294,8 @@ pub fn use_zero(init: &Init) -> Html {
         Sum::of_parts(&full, total),
         Sum::of_parts(&per_gpu, total_gpu),
     );
-    let full_t = sum.texts(&full, total);
-    let gpu_t = sum_gpu.texts(&per_gpu, total_gpu);
+    let full_t = sum.texts(&full);
+    let gpu_t = sum_gpu.texts(&per_gpu);
     let formula: Html = segments
         .iter()
         .zip(&full_t)
