@@ -243,8 +243,22 @@ fn columns_to_hover(
 ) -> Html {
     let (wa, ya, ha): (AttrValue, AttrValue, AttrValue) = (n(cw).into(), n(y).into(), n(h).into());
     let mut v = Vec::new();
+    let n_pts = t.points.len();
     for (j, &i) in ps.iter().enumerate() {
         let peak = i == t.peak;
+        // A column of the whole step stands for a stretch of points ([`columns`]): its title
+        // names its highest, then the stretch when it spans more than that one.
+        let mut title = label(&t.points[i]);
+        if !ops {
+            let (a, b) = (
+                j * n_pts / ps.len(),
+                ((j + 1) * n_pts / ps.len()).max(j * n_pts / ps.len() + 1),
+            );
+            let (first, last) = (place(&t.points[a]), place(&t.points[b.min(n_pts) - 1]));
+            if first != last {
+                let _ = write!(title, " · the highest from {first} to {last}");
+            }
+        }
         let class = match (ops, peak) {
             (false, _) => "gm-hit",
             (true, false) => "gm-hit gm-op",
@@ -262,7 +276,7 @@ fn columns_to_hover(
                 (if peak { "0" } else { "-1" }).into(),
                 j.to_string().into(),
             ],
-            el("title", &[], Vec::new(), label(&t.points[i]).into()),
+            el("title", &[], Vec::new(), title.into()),
         ));
     }
     yew::virtual_dom::VList::with_children(v, None).into()

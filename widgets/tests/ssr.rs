@@ -78,6 +78,9 @@ fn timeline_names_every_op_and_marks_the_peak_the_estimate_reports() {
         html.contains(&format!("<title>{escaped}</title>")),
         "{html}"
     );
+    // A column of the whole step names the stretch of points it stands for (a reader saw
+    // "layers 20–21" on a column over layers 12–21).
+    assert!(html.contains(" · the highest from "), "{html}");
     // The peak's op takes Tab.
     let peak_op = html
         .split("<rect ")
