@@ -354,8 +354,9 @@ pub fn use_sweep(init: &Init) -> Html {
         .collect();
     let beyond_note = match (top_data > ymax, lin_to < to) {
         (true, _) => Some(format!(
-            "▲ beyond the chart: up to {} at {}{}",
+            "▲ beyond the chart: up to {}, {}× the GPU, at {}{}",
             gib(top_data),
+            gpumem::num::fixed(top_data / cap.max(1.0), 1),
             label(cols[cols.len() - 1].0),
             if lin_to < to {
                 format!("; the log axis shows the whole range, to {}", label(to))
