@@ -1116,6 +1116,13 @@ fn the_precision_recipes_and_parts_drive_the_page() {
     wait_widget(&c, "precision");
     let sub_x = "document.querySelector('[data-widget=precision] .gm-sub').textContent";
     let weights = "return document.querySelector('.gm-value[data-quantity=weights]').textContent";
+    // A part's row as it reads (its menu's value and its bytes per value), then `tail`.
+    let row_js = |part: &str, tail: &str| {
+        format!(
+            "var r = document.querySelector('[data-widget=precision] tr[data-part={part}]'); \
+             return (r.querySelector('select').value + ' ' + r.querySelectorAll('td')[1].textContent){tail}"
+        )
+    };
     let before = c.eval(weights, json!([])).unwrap();
     // QLoRA: NF4 base weights; the prose's live value follows.
     let q = c
@@ -1128,14 +1135,10 @@ fn the_precision_recipes_and_parts_drive_the_page() {
     )
     .unwrap();
     // The frozen base is stored in NF4 (its compute in the recipe's bf16).
-    let row = c
-        .eval(
-            "var r = document.querySelector('[data-widget=precision] tr[data-part=weights]'); \
-             return r.querySelector('select').value + ' ' + r.querySelectorAll('td')[1].textContent",
-            json!([]),
-        )
-        .unwrap();
-    assert_eq!(row, "nf4 0.516 B");
+    assert_eq!(
+        c.eval(&row_js("weights", ""), json!([])).unwrap(),
+        "nf4 0.516 B"
+    );
     // The inline value follows the recipe (at once on screen; off screen once the knobs rest).
     c.wait_for(
         &format!(
@@ -1157,14 +1160,10 @@ fn the_precision_recipes_and_parts_drive_the_page() {
         Duration::from_secs(5),
     )
     .unwrap();
-    let row = c
-        .eval(
-            "var r = document.querySelector('[data-widget=precision] tr[data-part=optimizer]'); \
-             return r.querySelector('select').value + ' ' + r.querySelectorAll('td')[1].textContent",
-            json!([]),
-        )
-        .unwrap();
-    assert_eq!(row, "int8 1 B");
+    assert_eq!(
+        c.eval(&row_js("optimizer", ""), json!([])).unwrap(),
+        "int8 1 B"
+    );
     // One part changed by its select: no recipe matches any more.
     c.click(
         &c.find("[data-widget=precision] button[role=radio]:nth-child(4)")
@@ -1192,12 +1191,8 @@ fn the_precision_recipes_and_parts_drive_the_page() {
             .unwrap(),
     )
     .unwrap();
-    c.wait_for(
-        "var r = document.querySelector('[data-widget=precision] tr[data-part=grads]'); \
-         return r.querySelector('select').value + ' ' + r.querySelectorAll('td')[1].textContent === 'bf16 2 B'",
-        Duration::from_secs(5),
-    )
-    .unwrap_or_else(|e| panic!("the gradients' menu follows the BF16 recipe: {e}"));
+    c.wait_for(&row_js("grads", " === 'bf16 2 B'"), Duration::from_secs(5))
+        .unwrap_or_else(|e| panic!("the gradients' menu follows the BF16 recipe: {e}"));
     // The radiogroup's accessible names, as Chromium computes them.
     let (role, _) = c
         .accessibility(&c.find("[data-widget=precision] [role=radiogroup]").unwrap())

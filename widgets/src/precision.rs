@@ -186,18 +186,29 @@ pub fn use_precision(init: &Init) -> Html {
         let (k, try_set) = (k.clone(), try_set.clone());
         Callback::from(move |r: String| try_set.emit(apply_recipe(&k, &r)))
     };
+    // Stored as, whatever the recipe says: QLoRA keeps the frozen base in NF4 (the recipe's
+    // dtype is its compute's), an 8-bit optimizer (bitsandbytes) its states in int8 with an
+    // fp32 scale per block.
+    let qlora = matches!(&s.finetune, gpumem::scenario::Finetune::Lora(l) if l.quantized);
+    let eight_bit = s.optimizer.eight_bit();
+    let weights = if qlora {
+        DType::Nf4
+    } else {
+        s.precision.weights
+    };
+    let optim = if eight_bit {
+        DType::I8
+    } else {
+        s.precision.optimizer
+    };
     let rows: Html = parts(&s.precision)
         .into_iter()
         .map(|part| {
             let id = init.id(part.key);
-            // An 8-bit optimizer (bitsandbytes) keeps its states in int8 whatever the recipe
-            // says, with an fp32 scale per block.
-            let qlora = matches!(&s.finetune, gpumem::scenario::Finetune::Lora(l) if l.quantized);
-            let (choices, dtype) = if part.key == "optimizer" && s.optimizer.eight_bit() {
-                (&["int8"][..], Some(DType::I8))
+            let (choices, dtype) = if part.key == "optimizer" && eight_bit {
+                (&["int8"][..], Some(optim))
             } else if part.key == "weights" && qlora {
-                // QLoRA keeps the frozen base in NF4 (the recipe's dtype is its compute's).
-                (&["nf4"][..], Some(DType::Nf4))
+                (&["nf4"][..], Some(weights))
             } else {
                 (part.choices, part.dtype)
             };
@@ -233,22 +244,12 @@ pub fn use_precision(init: &Init) -> Html {
         .find(|(r, _)| *r == recipe)
         .map(|(_, l)| *l)
         .unwrap_or("custom");
-    // As the table's rows read: QLoRA's base in NF4, an 8-bit optimizer's states in int8.
+    // As the table's rows read.
     let summary = format!(
-        "{} with {recipe_name} precision: weights {}, master {}, gradients {}, optimizer states {} ({}). {} of {} on {}: {}.",
+        "{} with {recipe_name} precision: weights {weights}, master {}, gradients {}, optimizer states {optim} ({}). {} of {} on {}: {}.",
         e.model,
-        if matches!(&s.finetune, gpumem::scenario::Finetune::Lora(l) if l.quantized) {
-            DType::Nf4
-        } else {
-            s.precision.weights
-        },
         s.precision.master.map(DType::name).unwrap_or("none"),
         s.precision.grads,
-        if s.optimizer.eight_bit() {
-            DType::I8
-        } else {
-            s.precision.optimizer
-        },
         s.optimizer.name(),
         gib(total),
         gib(cap),

@@ -161,7 +161,7 @@ fn columns(t: &OpTimeline, cols: usize) -> Vec<usize> {
     let cols = cols.clamp(1, n.max(1));
     (0..cols)
         .map(|c| {
-            let (a, b) = (c * n / cols, ((c + 1) * n / cols).max(c * n / cols + 1));
+            let (a, b) = bin(c, cols, n);
             if (a..b).contains(&t.peak) {
                 return t.peak;
             }
@@ -175,6 +175,11 @@ fn columns(t: &OpTimeline, cols: usize) -> Vec<usize> {
                 .unwrap_or(a)
         })
         .collect()
+}
+
+/// The points column `c` of `cols` stands for, of `n`: `a..b` (at least one).
+fn bin(c: usize, cols: usize, n: usize) -> (usize, usize) {
+    (c * n / cols, ((c + 1) * n / cols).max(c * n / cols + 1))
 }
 
 /// The step's phases along the columns: (first column, last column, name).
@@ -250,10 +255,7 @@ fn columns_to_hover(
         // names its highest, then the stretch when it spans more than that one.
         let mut title = label(&t.points[i]);
         if !ops {
-            let (a, b) = (
-                j * n_pts / ps.len(),
-                ((j + 1) * n_pts / ps.len()).max(j * n_pts / ps.len() + 1),
-            );
+            let (a, b) = bin(j, ps.len(), n_pts);
             let (first, last) = (place(&t.points[a]), place(&t.points[b.min(n_pts) - 1]));
             if first != last {
                 let _ = write!(title, " · the highest from {first} to {last}");

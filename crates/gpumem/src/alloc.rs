@@ -538,13 +538,19 @@ impl Allocator {
     /// it was, so only the peak moves; otherwise it is allocated and freed.
     pub fn transient(&mut self, bytes: u64) -> Result<(), Oom> {
         if let Some(now) = self.held_with(bytes) {
-            let s = &mut self.stats;
-            s.peak_allocated = s.peak_allocated.max(now);
+            self.reach(now);
             return Ok(());
         }
         let h = self.malloc(bytes)?;
         self.free(h);
         Ok(())
+    }
+
+    /// A moment with `allocated` bytes allocated that leaves the cache as it was (a
+    /// workspace in a cached block: [`Allocator::held_with`]): only the peak moves.
+    pub(crate) fn reach(&mut self, allocated: u64) {
+        let s = &mut self.stats;
+        s.peak_allocated = s.peak_allocated.max(allocated);
     }
 
     /// `alloc_block`: a new segment (or, expandable, new pages), unless the device is full.

@@ -501,14 +501,15 @@ pub fn plan(req: &Request) -> Plan {
         // not counted as fitting, so that the counts, the fewest GPUs and the list agree.
         // (The browser's estimate does not replay.)
         if g == 1 && cfg!(not(target_arch = "wasm32")) {
-            let mut j = before;
-            while j < sweep.found.len() {
-                if sweep.candidate(&sweep.found[j]).is_some() {
-                    j += 1;
-                } else {
-                    sweep.found.remove(j);
-                }
-            }
+            let fit: Vec<bool> = sweep.found[before..]
+                .iter()
+                .map(|f| sweep.candidate(f).is_some())
+                .collect();
+            let mut i = 0;
+            sweep.found.retain(|_| {
+                i += 1;
+                i <= before || fit[i - 1 - before]
+            });
         }
         considered += c;
         let fit = (sweep.found.len() - before) as u64;

@@ -429,19 +429,20 @@ impl Runner {
 
     /// An op's workspace.
     fn temp(&mut self, bytes: u64) -> Result<(), Oom> {
-        // Allocated and freed when the cache is looked at then: in the measured step, a
-        // workspace that makes a new high (the cache at the peak is the one that holds it).
-        let high = || self.last && self.a.held_with(bytes).is_none_or(|now| now > self.best);
-        if self.logging() || self.snap_at.is_some() || high() {
-            let h = self.malloc(bytes)?;
-            self.free(h);
-        } else {
-            let before = self.a.reserved();
-            self.a.transient(bytes)?;
-            if self.a.reserved() != before {
-                self.grew(before);
+        // A workspace a cached block holds moves only the peak, unless it makes the measured
+        // step's new high (the cache at the peak is then the one that holds it), or the
+        // events are written out or a snapshot is due: then it is allocated and freed, as
+        // one that needs new memory is.
+        let quiet = !self.logging() && self.snap_at.is_none();
+        match self.a.held_with(bytes) {
+            Some(now) if quiet && !(self.last && now > self.best) => {
+                self.a.reach(now);
+                self.track();
             }
-            self.track();
+            _ => {
+                let h = self.malloc(bytes)?;
+                self.free(h);
+            }
         }
         Ok(())
     }
