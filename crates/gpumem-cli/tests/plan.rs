@@ -76,3 +76,39 @@ fn estimate_takes_layout_flags_and_plan_errors_name_the_flag() {
     assert!(!ok);
     assert!(err.contains("unexpected argument '--gpus'"), "{err}");
 }
+
+/// The README's transcripts are what the binary prints today: each `$ gpumem …` block's
+/// lines are the command's output, or its first lines (a long table may be cut short).
+#[test]
+fn the_readme_shows_what_the_commands_print() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md");
+    let text = std::fs::read_to_string(path).expect("README.md");
+    let lines: Vec<&str> = text.lines().collect();
+    let mut checked = 0;
+    for (i, l) in lines.iter().enumerate() {
+        let Some(cmd) = l.strip_prefix("$ gpumem ") else {
+            continue;
+        };
+        let shown: Vec<&str> = lines[i + 1..]
+            .iter()
+            .take_while(|l| !l.starts_with("```"))
+            .copied()
+            .collect();
+        let args: Vec<&str> = cmd.split_whitespace().collect();
+        let (ok, out, err) = gpumem(&args);
+        assert!(ok, "README.md:{}: {err}", i + 1);
+        let got: Vec<&str> = out.lines().collect();
+        assert!(shown.len() > 3, "README.md:{}: no output shown", i + 1);
+        for (j, want) in shown.iter().enumerate() {
+            assert_eq!(
+                got.get(j).copied().unwrap_or("<end of output>").trim_end(),
+                want.trim_end(),
+                "README.md:{}: line {} of `gpumem {cmd}`",
+                i + 1,
+                j + 1
+            );
+        }
+        checked += 1;
+    }
+    assert_eq!(checked, 3, "the README's transcripts");
+}

@@ -779,13 +779,19 @@ impl Sweep<'_> {
         let mut list: Vec<(u8, u8, Recompute)> = Vec::new();
         let pipeline_limits = par.pp > 1 && par.framework != Framework::Fsdp;
         let fx = self.req.fixed;
+        // ZeRO shards over dp × cp: with one rank there, FSDP and Megatron run unsharded, and
+        // every stage without offload is the same layout as stage 0 (DeepSpeed's stages
+        // still differ: their flat buffers).
+        let unsharded =
+            par.dp * par.cp == 1 && par.framework != Framework::DeepSpeed && fx.zero.is_none();
         for zero in 0..=3u8 {
             // DeepSpeed's and Megatron's pipelines take ZeRO-1 at most.
             if (pipeline_limits && zero > 1) || fx.zero.is_some_and(|z| z != zero) {
                 continue;
             }
             for offload in 0..3 {
-                if (offload >= 1 && (zero == 0 || par.pp > 1 || !self.req.offload))
+                if (offload == 0 && zero > 0 && unsharded)
+                    || (offload >= 1 && (zero == 0 || par.pp > 1 || !self.req.offload))
                     || (offload == 2 && zero < 3)
                     || fx
                         .offload

@@ -2,7 +2,7 @@
 //! published figures, schedule arithmetic and invariants.
 
 mod common;
-use gpumem::plan::{plan, Request};
+use gpumem::plan::{plan, Layout, Request};
 use gpumem::{estimate, Estimate, Scenario};
 use proptest::prelude::*;
 use serde_json::{json, Value};
@@ -370,4 +370,54 @@ fn pruning_the_sweep_loses_no_layout() {
         assert_eq!(p.fitting, q.fitting, "{v}");
         assert_eq!(p.best, q.best, "{v}");
     }
+}
+
+/// ZeRO shards over dp × cp: where that group is one rank, FSDP and Megatron run unsharded
+/// and every stage is stage 0's layout, listed once (it was listed four times, the same
+/// figures on each row). DeepSpeed's stages still differ on one rank (its flat buffers), and
+/// a stage the request names is kept.
+#[test]
+fn a_layout_is_listed_once() {
+    for v in [
+        json!({"model": "llama3.2-1b", "gpus": 1, "top": 50}),
+        json!({"model": "llama3.1-8b", "gpus": 8, "top": 100}),
+        json!({"model": "qwen3-30b-a3b", "seq": 4096, "global_batch": 8, "gpus": [8, 16], "top": 200, "parallel": {"framework": "megatron"}}),
+    ] {
+        let p = plan(&Request::from_value(&v).unwrap());
+        assert!(p.best.len() > 4, "{v}");
+        for (i, a) in p.best.iter().enumerate() {
+            let l = &a.layout;
+            if l.dp * l.cp == 1 && l.offload == "none" {
+                assert_eq!(l.zero, 0, "{v}: {}", a.scenario);
+            }
+            for b in &p.best[i + 1..] {
+                let same = l.offload == "none"
+                    && Layout {
+                        zero: l.zero,
+                        ..b.layout.clone()
+                    } == *l;
+                assert!(
+                    !(same && a.peak_bytes == b.peak_bytes && a.step_seconds == b.step_seconds),
+                    "{v}: {} and {} are the same run",
+                    a.scenario,
+                    b.scenario
+                );
+            }
+        }
+    }
+    let one = |framework: &str, zero: Option<u8>| {
+        let mut v = json!({"model": "llama3.2-1b", "gpus": 1, "top": 50, "offload": false, "parallel": {"framework": framework}});
+        if let Some(z) = zero {
+            v["parallel"]["zero"] = z.into();
+        }
+        plan(&Request::from_value(&v).unwrap()).best
+    };
+    let stages = |c: &[gpumem::plan::Candidate]| {
+        let mut z: Vec<u8> = c.iter().map(|c| c.layout.zero).collect();
+        z.dedup();
+        z
+    };
+    assert_eq!(stages(&one("fsdp", None)), [0]);
+    assert_eq!(stages(&one("fsdp", Some(3))), [3]);
+    assert!(stages(&one("deepspeed", None)).len() > 1);
 }
