@@ -175,7 +175,13 @@ fn plan_table(p: &plan::Plan) -> String {
     );
     match p.fewest_gpus {
         Some(n) => s.push_str(&format!("fewest GPUs with a layout that fits: {n}\n")),
+        None if p.considered == 0 => s.push_str(
+            "no layout on the GPU counts tried meets the constraints given: relax a layout flag (dp, tp, pp, cp, ep, zero, micro-batches, schedule, recompute) or try other GPU counts\n",
+        ),
         None => s.push_str("no GPU count tried has a layout that fits\n"),
+    }
+    if let (None, Some(why)) = (p.fewest_gpus, &p.refused) {
+        s.push_str(&format!("some layouts were refused: {why}\n"));
     }
     if p.counts.len() > 1 {
         s.push_str("\nbest layout per GPU count\n");
@@ -214,7 +220,7 @@ fn plan_table(p: &plan::Plan) -> String {
         s.push_str(&format!(
             "\n{:>3}  {:>6} {:>4} {:>3} {:>3} {:>3} {:>3}  {:>4}  {:>w$}  {:>3}  {:<9} {:<o$} {:>10} {:>10} {:>7} {:>9} {:>9}\n",
             "#", "GPUs", "dp", "tp", "pp", "cp", "ep", "zero", "mbs×m", "v", "recompute", "offload",
-            "peak", "headroom", "bubble", "comm/GPU", "step (s)"
+            "device", "headroom", "bubble", "comm/GPU", "step (s)"
         ));
         for (i, c) in p.best.iter().enumerate() {
             let l = &c.layout;
@@ -240,6 +246,9 @@ fn plan_table(p: &plan::Plan) -> String {
             ));
         }
     }
+    if !p.best.is_empty() {
+        s.push_str("\ndevice: each GPU's memory in use as nvidia-smi would show it, CUDA's context and the reserved peak (the caching allocator replayed on one GPU, the allocated peak on more); headroom: the GPU's memory less that\n");
+    }
     s.push_str(&format!("\ncost model: {}", p.cost_model));
     s
 }
@@ -247,7 +256,7 @@ fn plan_table(p: &plan::Plan) -> String {
 fn layout_words(c: &plan::Candidate) -> String {
     let l = &c.layout;
     format!(
-        "dp {} tp {} pp {} cp {} ep {}, zero {}, micro-batch {}×{}{}, recompute {}, {} ({} per GPU), step ≈ {:.2} s",
+        "dp {} tp {} pp {} cp {} ep {}, zero {}, micro-batch {}×{}{}, recompute {}, {} ({} per GPU in nvidia-smi), step ≈ {:.2} s",
         l.dp,
         l.tp,
         l.pp,

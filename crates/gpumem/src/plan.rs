@@ -201,6 +201,9 @@ pub struct Plan {
     pub counts: Vec<Count>,
     /// The best layouts over all counts tried, fastest first.
     pub best: Vec<Candidate>,
+    /// Why the engine refused a layout considered, when it did (the first such reason, as
+    /// `field: message`): the layouts it refuses are not counted as fitting.
+    pub refused: Option<String>,
     pub cost_model: String,
 }
 
@@ -490,6 +493,7 @@ pub fn plan(req: &Request) -> Plan {
         prepared,
         found: Vec::new(),
         pc: a.params(),
+        refused: None,
     };
     let mut counts = Vec::new();
     let (mut considered, mut fitting) = (0, 0);
@@ -557,6 +561,11 @@ pub fn plan(req: &Request) -> Plan {
         fewest_gpus: counts.iter().find(|c| c.best.is_some()).map(|c| c.gpus),
         counts,
         best,
+        // (The widgets do not show it: left out of the wasm.)
+        refused: sweep
+            .refused
+            .filter(|_| cfg!(not(target_arch = "wasm32")))
+            .map(|e| format!("{}: {}", e.field, e.message)),
         cost_model: COST_MODEL.into(),
     }
 }
@@ -566,6 +575,15 @@ fn rank(x: &Found, y: &Found) -> std::cmp::Ordering {
         .total_cmp(&y.step)
         .then(y.headroom.cmp(&x.headroom))
         .then(x.par.gpus().cmp(&y.par.gpus()))
+}
+
+/// What [`Sweep::evaluate`] found of a layout: it fits (and is kept), it needs more than
+/// the GPU's memory, or something else rules it out (the host's memory, a refusal).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fit {
+    Yes,
+    Device,
+    Other,
 }
 
 /// A fitting layout found by the sweep (small, no allocation).
@@ -591,6 +609,8 @@ struct Sweep<'a> {
     found: Vec<Found>,
     /// The model's parameter counts, for the cost model (counted once).
     pc: crate::arch::ParamCounts,
+    /// The first reason the scenario check refused a layout for.
+    refused: Option<crate::error::Error>,
 }
 
 type PrepKey = (u64, u64, u64, u64, Recompute, bool, bool, bool);
@@ -647,13 +667,19 @@ impl Sweep<'_> {
         let (s, a, req) = (self.s, self.a, self.req);
         let base = s.parallel;
         let experts = a.moe.as_ref().map_or(1, |m| m.experts);
-        let recomputes: &[Recompute] = if s.attention == Attention::Eager {
+        let fx = req.fixed;
+        // Selective recomputation saves nothing under SDPA's kernels (they keep no score
+        // matrix), so it is tried only with eager attention, or when the request asks for it.
+        let given;
+        let recomputes: &[Recompute] = if let Some(r) = fx.recompute {
+            given = [r];
+            &given
+        } else if s.attention == Attention::Eager {
             &[Recompute::None, Recompute::Selective, Recompute::Full]
         } else {
             &[Recompute::None, Recompute::Full]
         };
         let mut considered = 0;
-        let fx = req.fixed;
         // DeepSpeed and LoRA fine-tuning are modelled for data parallelism only.
         let dp_only = base.framework == Framework::DeepSpeed
             || !matches!(s.finetune, crate::scenario::Finetune::Full);
@@ -661,7 +687,9 @@ impl Sweep<'_> {
         for tp in divisors(g) {
             if !one(tp)
                 || !Fixed::allows(fx.tp, tp)
-                || tp > req.gpus_per_node
+                // A tensor-parallel group stays inside a node: the GPUs of a node in use
+                // are a whole number of groups.
+                || !g.min(req.gpus_per_node).is_multiple_of(tp)
                 || !a.heads.is_multiple_of(tp)
                 || (a.mla.is_none() && !a.kv_heads.is_multiple_of(tp))
             {
@@ -712,7 +740,9 @@ impl Sweep<'_> {
                             {
                                 for (vi, v) in [1, 2, 4].into_iter().enumerate() {
                                     // A schedule given is the one tried (GPipe, any chunks).
+                                    // (A schedule is a pipeline's: none without one.)
                                     let sched = match fx.schedule {
+                                        Some(_) if pp == 1 => continue,
                                         Some(f) if vi == 0 => f,
                                         Some(_) => continue,
                                         None if v > 1 => Schedule::Interleaved(v),
@@ -829,28 +859,40 @@ impl Sweep<'_> {
                 let i = (0..of.len())
                     .max_by_key(|&i| (of[i].1, of[i].2 == Recompute::Full))
                     .expect("not empty");
+                // (Not so for the host's memory, which offload fills, nor for a layout the
+                // engine refuses: only a frugal one out of the GPU's memory rules out the
+                // stage.)
                 let frugal = of.remove(i);
-                if !self.evaluate(with(&frugal), b, frugal.2) {
-                    continue;
+                match self.evaluate(with(&frugal), b, frugal.2) {
+                    Fit::Yes => any = true,
+                    Fit::Device => continue,
+                    Fit::Other => {}
                 }
-                any = true;
             }
             for o in &of {
-                any |= self.evaluate(with(o), b, o.2);
+                any |= self.evaluate(with(o), b, o.2) == Fit::Yes;
             }
         }
         (n, any)
     }
 
     /// Whether the layout fits; those that do are kept.
-    fn evaluate(&mut self, par: Parallel, b: u64, r: Recompute) -> bool {
+    fn evaluate(&mut self, par: Parallel, b: u64, r: Recompute) -> Fit {
         let native = matches!(par.framework, Framework::Fsdp | Framework::Megatron)
             && matches!(self.s.finetune, crate::scenario::Finetune::Full);
+        self.scratch.parallel = par;
+        self.scratch.batch = b;
+        self.scratch.recompute = r;
+        // What a scenario of this layout would be refused for (an optimizer the layout
+        // cannot hold, …) rules it out, as it does its listing.
+        if let Err(e) = self.scratch.check() {
+            if cfg!(not(target_arch = "wasm32")) {
+                self.refused.get_or_insert(e);
+            }
+            return Fit::Other;
+        }
         let (peak, host) = if native {
             // The one engine: stretches replayed once per key, composed per layout.
-            self.scratch.parallel = par;
-            self.scratch.batch = b;
-            self.scratch.recompute = r;
             let untie = crate::estimate::unties(&self.scratch, self.a);
             let key = (
                 par.tp,
@@ -873,29 +915,29 @@ impl Sweep<'_> {
                 }
             };
             let (total, host) = crate::estimate::worst_stage(&self.scratch, &self.prepared[i].1);
-            if total.is_nan() || total > self.s.capacity_bytes as f64 {
-                return false;
+            if total.is_nan() {
+                return Fit::Other;
+            }
+            if total > self.s.capacity_bytes as f64 {
+                return Fit::Device;
             }
             (total.round() as u64, host)
         } else {
-            self.scratch.parallel = par;
-            self.scratch.batch = b;
-            self.scratch.recompute = r;
             match estimate(&self.scratch) {
                 Ok(e) => (e.peak_bytes, e.host_bytes as f64),
-                Err(_) => return false,
+                Err(_) => return Fit::Other,
             }
         };
         let per_node = par.gpus().min(self.req.gpus_per_node) as f64;
         if host * per_node > self.req.host_bytes_per_node as f64 {
-            return false;
+            return Fit::Other;
         }
         // Screening: the allocated peak and the CUDA context (the caching allocator is
         // replayed by the full estimate of each layout listed, `candidate`).
         let device = peak + CUDA_CONTEXT_BYTES;
         let headroom = self.s.capacity_bytes as i64 - device as i64;
         if headroom < 0 {
-            return false;
+            return Fit::Device;
         }
         let (_, _, step, _) = cost(self.s, self.a, &self.pc, &self.spec, self.req, &par, b, r);
         self.found.push(Found {
@@ -905,7 +947,7 @@ impl Sweep<'_> {
             headroom,
             step,
         });
-        true
+        Fit::Yes
     }
 
     /// The full estimate of a found layout, through the scenario parser (so every
@@ -1155,6 +1197,7 @@ mod tests {
             prepared: Vec::new(),
             found: Vec::new(),
             pc: a.params(),
+            refused: None,
         };
         sweep.count(8);
         let eps: Vec<u64> = sweep.found.iter().map(|f| f.par.ep).collect();

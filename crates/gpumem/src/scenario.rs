@@ -519,9 +519,11 @@ impl Scenario {
     pub(crate) fn check(&self) -> Result<()> {
         if let Model::Arch { arch, .. } = &self.model {
             if let Some(n) = arch.learned_positions {
+                // Generation feeds back every new token but the last (sampled from the final
+                // logits, never run through the model).
                 let need = self.seq
                     + if self.mode == Mode::Inference {
-                        self.new_tokens
+                        self.new_tokens.saturating_sub(1)
                     } else {
                         0
                     };
@@ -730,10 +732,9 @@ fn nearest_tp(g: u64, tp: u64) -> String {
     let above = (tp + 1..=g).find(divides);
     match (below, above) {
         (Some(b), Some(u)) => format!("the nearest that divide them are tp={b} and tp={u}"),
-        (Some(1), None) => "only tp=1 divides them".to_string(),
-        (Some(b), None) => format!("the nearest that divides them is tp={b}"),
+        (Some(b), None) if b > 1 => format!("the largest that divides them is tp={b}"),
         (None, Some(u)) => format!("the nearest that divides them is tp={u}"),
-        (None, None) => "only tp=1 divides them".to_string(),
+        _ => "only tp=1 divides them".to_string(),
     }
 }
 

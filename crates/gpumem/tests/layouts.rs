@@ -361,6 +361,10 @@ fn pruning_the_sweep_loses_no_layout() {
         json!({"model": "llama3.1-70b", "precision": "mixed-bf16", "seq": 8192, "global_batch": 64, "gpus": "8..64", "top": 20}),
         json!({"model": "llama3.1-8b", "precision": "bf16", "seq": 4096, "global_batch": 32, "gpus": "1..16", "top": 20}),
         json!({"model": "mixtral-8x7b", "precision": "mixed-bf16", "seq": 4096, "global_batch": 64, "gpus": "8..32", "top": 20}),
+        // Little host memory: offload's most frugal layout of a stage is refused for it, while
+        // the stage's layouts without offload fit (the fastest of them was lost).
+        json!({"model": "llama3.1-70b", "gpus": 8, "host_memory_gb": 100, "top": 20}),
+        json!({"model": "llama3.1-8b", "gpus": "1..8", "host_memory_gb": 0, "top": 20}),
     ] {
         let fast = Request::from_value(&v).unwrap();
         let mut all = fast.clone();
@@ -420,4 +424,60 @@ fn a_layout_is_listed_once() {
     assert_eq!(stages(&one("fsdp", None)), [0]);
     assert_eq!(stages(&one("fsdp", Some(3))), [3]);
     assert!(stages(&one("deepspeed", None)).len() > 1);
+}
+
+/// A constraint the request gives is met by every layout listed, each of which the engine
+/// accepts as a scenario; what it refuses is not counted as fitting, and the plan says why.
+/// (A fixed schedule was tried without a pipeline, whose scenario `estimate` refuses; a
+/// paged 8-bit optimizer counted 48 sharded layouts as fitting that no count then listed;
+/// selective recomputation under SDPA considered nothing.)
+#[test]
+fn constraints_are_met_and_refusals_not_counted() {
+    let run = |v: Value| plan(&Request::from_value(&v).unwrap());
+    let listed_are_scenarios = |p: &gpumem::plan::Plan| {
+        for c in &p.best {
+            let s = Scenario::from_value(&c.scenario);
+            assert!(s.is_ok(), "{}: {:?}", c.scenario, s.err());
+        }
+    };
+    let p = run(
+        json!({"model": "qwen3-0.6b", "gpus": [1, 4], "parallel": {"schedule": "gpipe"}, "top": 50}),
+    );
+    assert!(!p.best.is_empty());
+    assert!(p.best.iter().all(|c| c.layout.pp > 1));
+    assert_eq!(p.counts[0].considered, 0);
+    listed_are_scenarios(&p);
+    let p = run(json!({"model": "qwen3-0.6b", "gpus": 1, "recompute": "selective", "top": 50}));
+    assert!(!p.best.is_empty());
+    assert!(p.best.iter().all(|c| c.layout.recompute == "selective"));
+    listed_are_scenarios(&p);
+    let p = run(json!({"model": "qwen3-30b-a3b", "gpus": [2, 4], "optimizer": "paged-adamw-8bit"}));
+    assert!(p.considered > 0);
+    assert_eq!((p.fitting, p.fewest_gpus, p.best.len()), (0, None, 0));
+    assert!(
+        p.refused
+            .as_deref()
+            .is_some_and(|r| r.starts_with("optimizer: ")),
+        "{:?}",
+        p.refused
+    );
+    // Under DeepSpeed the paged states are modelled on any count.
+    let p = run(
+        json!({"model": "qwen3-0.6b", "gpus": [1, 2], "optimizer": "paged-adamw-8bit", "parallel": {"framework": "deepspeed"}}),
+    );
+    assert!(p.fitting > 0 && !p.best.is_empty());
+    assert_eq!(p.counts.iter().map(|c| c.fitting).sum::<u64>(), p.fitting);
+    listed_are_scenarios(&p);
+    // A tensor-parallel group stays inside a node (of 3 GPUs: tp 2 would straddle two).
+    let tps = |per_node: u64| {
+        let p = run(
+            json!({"model": "gpt2", "seq": 1024, "gpus": [6, 12], "gpus_per_node": per_node, "top": 1000}),
+        );
+        let mut t: Vec<u64> = p.best.iter().map(|c| c.layout.tp).collect();
+        t.sort_unstable();
+        t.dedup();
+        t
+    };
+    assert_eq!(tps(3), [1, 3]);
+    assert_eq!(tps(6), [1, 2, 3, 6]);
 }

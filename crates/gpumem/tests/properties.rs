@@ -147,6 +147,28 @@ fn kv_cache_is_exact_for_presets() {
     assert_eq!(e.kv_cache_bytes, 80 * 2 * 8 * 128 * 1024 * 3 * 2);
 }
 
+/// A model with learned positions (GPT-2's 1,024) generates until the cache holds as many
+/// positions as it has: the prompt and every new token but the last, which is sampled and
+/// never fed back. One position more is refused, naming `seq`.
+#[test]
+fn learned_positions_bound_the_prompt_and_the_tokens_fed_back() {
+    let run = |seq: u64, new: u64| {
+        let v = json!({"model": "gpt2", "mode": "inference", "seq": seq, "new_tokens": new});
+        Scenario::from_value(&v).map(|s| estimate(&s).unwrap().kv_cache_bytes)
+    };
+    let full = 12 * 2 * 768 * 1024 * 2;
+    assert_eq!(run(1024, 1).unwrap(), full);
+    assert_eq!(run(1023, 2).unwrap(), full);
+    assert_eq!(run(1000, 25).unwrap(), full);
+    for (seq, new) in [(1024, 2), (1025, 1), (1000, 26)] {
+        let e = run(seq, new).unwrap_err();
+        assert_eq!(e.field, "seq", "{seq} + {new}");
+        assert!(e.message.contains("1025 positions"), "{e}");
+    }
+    let train = json!({"model": "gpt2", "seq": 1024});
+    assert!(Scenario::from_value(&train).is_ok());
+}
+
 /// generate() holds the whole prompt's cache once the prefill ends, with or without new
 /// tokens: the peak is never below the weights and that cache, for every preset (GPT-2's
 /// prefill kept no cache, so that without new tokens its peak was below the two; found by
