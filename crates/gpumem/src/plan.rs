@@ -231,6 +231,10 @@ impl Request {
         ] {
             scenario.remove(k);
         }
+        // Before the scenario's own checks, which would judge it as inference.
+        if scenario.get("mode").and_then(Value::as_str) == Some("inference") {
+            return Err(Error::new("mode", "the planner plans training runs"));
+        }
         if scenario.contains_key("new_tokens") {
             return Err(Error::new(
                 "new_tokens",
@@ -284,9 +288,6 @@ impl Request {
                 "model",
                 "the planner needs an architecture, not only a parameter count",
             ));
-        }
-        if scenario.mode != crate::scenario::Mode::Train {
-            return Err(Error::new("mode", "the planner plans training runs"));
         }
         let global_batch = o.u64_opt("global_batch")?.unwrap_or(1);
         if global_batch == 0 || global_batch > 1 << 24 {

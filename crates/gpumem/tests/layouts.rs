@@ -296,6 +296,16 @@ fn planner_requests_name_their_errors() {
         json!({"model": "llama3.1-8b", "gpus": "1..1000000:1"}),
         "4,096",
     );
+    // Inference is named as what the planner does not plan, before the scenario is judged
+    // as one (GPT-2's 1,024 positions would have been the complaint).
+    bad(
+        json!({"model": "gpt2", "seq": 1024, "mode": "inference", "gpus": 8}),
+        "mode: the planner plans training runs",
+    );
+    bad(
+        json!({"model": "gpt2", "mode": "training", "gpus": 8}),
+        "mode",
+    );
 }
 
 proptest! {
