@@ -1623,6 +1623,36 @@ fn phones_never_scroll_sideways_and_charts_stay_legible() {
             }
         }
     }
+    // Without JavaScript the charts are the ones drawn when the book was built, 640 px
+    // wide: on a phone each scrolls inside its figure at that width, its labels legible
+    // (they were scaled to half their size), the page still not sideways.
+    c.cdp(
+        "Emulation.setScriptExecutionDisabled",
+        json!({"value": true}),
+    )
+    .unwrap();
+    for page in ["budget", "peak", "zero", "parallelism", "validation"] {
+        c.goto(&page_url(page)).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let nojs = c
+            .eval("return !!document.querySelector('.gm-nojs') && getComputedStyle(document.querySelector('.gm-nojs')).display !== 'none';", json!([]))
+            .unwrap();
+        if nojs != json!(true) {
+            failures.push(format!("390 px {page} without JavaScript: no notice shown"));
+        }
+        let bad = c.eval(LAYOUT, json!([])).unwrap();
+        for b in bad.as_array().unwrap() {
+            failures.push(format!(
+                "390 px {page} without JavaScript: {}",
+                b.as_str().unwrap()
+            ));
+        }
+    }
+    c.cdp(
+        "Emulation.setScriptExecutionDisabled",
+        json!({"value": false}),
+    )
+    .unwrap();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
