@@ -100,15 +100,25 @@ impl Sum {
             })
     }
 
-    /// The rounding for parts that add up to `total`, at the precision of the smallest one.
-    pub fn of_parts(parts: &[f64], total: f64) -> Sum {
-        let mut least = total;
-        for &b in parts {
-            if b > 0.0 && b < least {
-                least = b;
-            }
-        }
-        Sum::of(least)
+    /// The rounding for a figure `each` that a reader multiplies by `n`: as many decimals
+    /// (up to two more than its own) as make the product of the figure shown round to the
+    /// total shown (0.77 GiB × 32 = 24.6, not the 24.5 shown; 0.766 × 32 = 24.5).
+    pub fn times(each: f64, n: f64) -> Sum {
+        let all = Sum::of(each * n);
+        let d = decimals(each);
+        (d..=d + 2)
+            .map(|decimals| Sum {
+                decimals,
+                approx: false,
+            })
+            .find(|s| {
+                let shown = s.units(each) as f64 / 10f64.powi(s.decimals as i32) * GIB;
+                all.units(shown * n) == all.units(each * n)
+            })
+            .unwrap_or(Sum {
+                decimals: d,
+                approx: true,
+            })
     }
 
     /// What joins the parts to the total: "=", or "≈" where they do not add up as shown.
@@ -120,13 +130,16 @@ impl Sum {
         }
     }
 
-    fn scale(&self) -> f64 {
-        10f64.powi(self.decimals as i32) / GIB
-    }
-
-    /// Bytes in the sum's units (tenths or hundredths of a GiB), rounded.
+    /// Bytes in the sum's units (tenths or hundredths of a GiB), rounded as [`gib`] rounds
+    /// (half to even: 7.25 GiB reads 7.2 in both, not 7.3 in a legend and 7.2 in the prose).
     pub fn units(&self, bytes: f64) -> i64 {
-        (bytes * self.scale()).round() as i64
+        let u = gpumem::num::scaled((bytes / GIB).abs(), self.decimals as u32)
+            .map_or(i64::MAX, |u| u.min(i64::MAX as u128) as i64);
+        if bytes < 0.0 {
+            -u
+        } else {
+            u
+        }
     }
 
     /// Units as text: "12.3 GiB".
@@ -324,5 +337,15 @@ mod tests {
         assert_eq!(s.texts(&parts)[0], "15.0 GiB");
         assert_eq!(s.eq(), "≈");
         assert_eq!(s.gib(4.0 * w), "59.8 GiB");
+    }
+
+    #[test]
+    fn a_sums_parts_round_as_a_single_figure_does() {
+        // Ties go to even in both (7.25 read 7.3 in a legend, 7.2 in the prose beside it).
+        for g in [7.25, 7.35, 0.125, 2.5, 12.75, 0.045] {
+            let b = g * GIB;
+            assert_eq!(Sum::of(b).gib(b), gib(b), "{g}");
+        }
+        assert_eq!(gib(7.25 * GIB), "7.2 GiB");
     }
 }

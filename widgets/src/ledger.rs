@@ -44,12 +44,19 @@ pub fn use_ledger(init: &Init) -> Html {
         Ok(r) => r,
         Err(e) => return crate::chart::refused("ledger", root, e),
     };
-    let total: f64 = rows
+    let counted: Vec<f64> = rows
         .iter()
         .filter(|r| !loss || !r.backward)
         .map(|r| r.bytes)
-        .sum();
-    let sum = Sum::of(total);
+        .collect();
+    let total: f64 = counted.iter().sum();
+    // The loss's rows (GiB each) add up to the sum under them as shown; a layer's figure,
+    // multiplied by its layers, gives theirs as shown.
+    let sum = if loss {
+        Sum::for_parts(&counted, total)
+    } else {
+        Sum::times(total, layers as f64)
+    };
     let title = if loss {
         "The logits, tensor by tensor"
     } else {
@@ -92,7 +99,11 @@ pub fn use_ledger(init: &Init) -> Html {
             esc(&r.role),
             r.dtype.map_or("", |d| d.name()),
             crate::parts::of_component(r.cat.key()).key,
-            mib(r.bytes)
+            if loss && r.bytes >= 1073741824.0 {
+                sum.gib(r.bytes)
+            } else {
+                mib(r.bytes)
+            }
         );
     }
     t.push_str("</tbody></table>");
@@ -100,7 +111,8 @@ pub fn use_ledger(init: &Init) -> Html {
         "This loss keeps no logits: a fused loss computes them a chunk of tokens at a time inside one op.".to_string()
     } else if loss {
         format!(
-            "The forward's tensors add up to {}; the backward's gradients come while the forward's are still alive, which is why the peak so often falls in the loss's backward.",
+            "The forward's tensors add up to {}{}; the backward's gradients come while the forward's are still alive, which is why the peak so often falls in the loss's backward.",
+            if sum.eq() == "=" { "" } else { "about " },
             sum.gib(total)
         )
     } else {

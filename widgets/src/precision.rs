@@ -270,12 +270,12 @@ pub fn use_precision(init: &Init) -> Html {
             </div>
             <div class="gm-scroll"><table class="gm-table">
                 <thead><tr><th scope="col">{ "Part" }</th><th scope="col">{ "Stored as" }</th>
-                    <th scope="col">{ "Bytes per value" }</th><th scope="col">{ "On the GPU" }</th></tr></thead>
+                    <th scope="col">{ "Bytes per value" }</th><th scope="col">{ "Size" }</th></tr></thead>
                 <tbody>{ rows }</tbody>
             </table></div>
             { refused }
             <p class="gm-total">
-                <span class="gm-label">{ "Total" }</span>
+                <span class="gm-label">{ "Peak" }</span>
                 <strong class="gm-big" data-value="total">{ Sum::of(total).gib(total) }</strong>
                 <span class="gm-of">{ format!("of {} on {}", gib(cap), e.gpu) }</span>
             </p>

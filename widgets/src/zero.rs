@@ -287,12 +287,11 @@ pub fn use_zero(init: &Init) -> Html {
             )
         }
     );
-    // The lines add up as shown: the whole to the total, the per-GPU figures to theirs.
-    // At the precision of the smallest part, so that rounding them to add up moves none of
-    // them by a visible share (0.23 GiB of weights read "0.3" beside a total of 1.9).
+    // The lines add up as shown: the whole to the total, the per-GPU figures to theirs (to
+    // two more decimals than the total's where needed; "≈" where even those do not).
     let (sum, sum_gpu) = (
-        Sum::of_parts(&full, total),
-        Sum::of_parts(&per_gpu, total_gpu),
+        Sum::for_parts(&full, total),
+        Sum::for_parts(&per_gpu, total_gpu),
     );
     let full_t = sum.texts(&full);
     let gpu_t = sum_gpu.texts(&per_gpu);
@@ -351,8 +350,8 @@ pub fn use_zero(init: &Init) -> Html {
             }
             <ul class="gm-formula-lines" data-value="formula">
                 { formula }
-                <li><strong>{ format!("Total = {} × {} B = {}{}", params(np as u64), trim(bpp), sum.gib(total),
-                    if stage > 0 { format!(" → {} per GPU", sum_gpu.gib(total_gpu)) } else { String::new() }) }</strong></li>
+                <li><strong>{ format!("Total = {} × {} B {} {}{}", params(np as u64), trim(bpp), sum.eq(), sum.gib(total),
+                    if stage > 0 { format!(" → {}{} per GPU", if sum_gpu.eq() == "=" { "" } else { "≈ " }, sum_gpu.gib(total_gpu)) } else { String::new() }) }</strong></li>
             </ul>
             <div class="gm-controls">
                 { slider(init.id("params"), "Parameters", (0, STEPS), pos.clamp(0, STEPS),

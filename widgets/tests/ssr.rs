@@ -377,8 +377,16 @@ fn zero_shards_the_engine_states_and_names_each_slice() {
         ],
     ))
     .unwrap();
-    assert!(custom.contains("INT4 weights = 7B × 0.50 B = "), "{custom}");
-    assert!(custom.contains("Total = 7B × 2 B = 13.0 GiB"), "{custom}");
+    // The lines add up as shown: 3.3 + 9.8 would not make 13.0, 3.26 + 9.78 make 13.04.
+    assert!(
+        custom.contains("INT4 weights = 7B × 0.50 B = 3.26 GiB"),
+        "{custom}"
+    );
+    assert!(
+        custom.contains("FP16 KV cache = 7B × 1.50 B = 9.78 GiB"),
+        "{custom}"
+    );
+    assert!(custom.contains("Total = 7B × 2 B = 13.04 GiB"), "{custom}");
     assert!(gpumem_widgets::zero::parse_segments("x:1").is_err());
     assert!(gpumem_widgets::zero::parse_segments("x:1:4").is_err());
 }
@@ -601,4 +609,105 @@ fn zero_lines_read_each_part_as_itself() {
     let html = render(&init("zero", k, &[])).unwrap();
     assert!(!html.contains("0.00 GiB"), "{html}");
     assert!(html.contains(" / 1024 = 0.0002 GiB per GPU"), "{html}");
+}
+
+/// The ZeRO widget's lines add up as shown, on one GPU and per GPU: a reader's sum of the
+/// parts is the total printed (12B under mixed bf16, ZeRO-2 over 8, read 22.4 + 5.6 + 11.2
+/// + 2.8 = 42.0 against "41.9 GiB per GPU").
+#[test]
+fn zero_lines_add_up_to_their_totals_as_shown() {
+    // The figures before " GiB" in a line, in order.
+    let gibs = |line: &str| -> Vec<f64> {
+        line.split(" GiB")
+            .filter_map(|before| before.rsplit(' ').next()?.replace(',', "").parse().ok())
+            .collect()
+    };
+    let (mut checked, mut approx_seen) = (0, 0);
+    for params in [
+        "124439808",
+        "7000000000",
+        "12000000000",
+        "70000000000",
+        "405000000000",
+    ] {
+        for (dp, stage) in [("8", "0"), ("8", "1"), ("8", "2"), ("64", "3"), ("3", "2")] {
+            let k: &[(&str, &str)] = &[
+                ("params", params),
+                ("precision", "mixed-bf16"),
+                ("dp", dp),
+                ("zero-stage", stage),
+            ];
+            let html = render(&init("zero", k, &[])).unwrap();
+            let list = html.split(r#"class="gm-formula-lines">"#).nth(1).unwrap();
+            let list = list.split("</ul>").next().unwrap();
+            let lines: Vec<Vec<f64>> = list
+                .split("<li>")
+                .skip(1)
+                .map(|l| gibs(&l.replace("<strong>", "")))
+                .collect();
+            let (parts, total) = lines.split_at(lines.len() - 1);
+            let total = &total[0];
+            // The total line: "Total = … = A GiB → B GiB per GPU", "≈" before a figure
+            // its lines do not add up to as shown.
+            let last = list.rsplit("<li>").next().unwrap();
+            let approx = [last.contains(" B ≈ "), last.contains("→ ≈ ")];
+            for col in 0..total.len() {
+                let sum: f64 = parts.iter().map(|p| p[p.len().min(col + 1) - 1]).sum();
+                if approx[col] {
+                    assert!(
+                        (sum - total[col]).abs() > 1e-6,
+                        "{params} dp={dp} stage {stage}: ≈ where the lines add up"
+                    );
+                    approx_seen += 1;
+                    continue;
+                }
+                assert!(
+                    (sum - total[col]).abs() < 1e-6,
+                    "{params} dp={dp} stage {stage}: {parts:?} add to {sum}, not {}",
+                    total[col]
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 25);
+    // Most add up; where four parts rounded on their own cannot (12B over 64: 0.3 + 0.7 +
+    // 1.4 + 0.3 at one decimal or up to three), the total says so.
+    assert!((1..5).contains(&approx_seen), "{approx_seen}");
+}
+
+/// The ledgers' arithmetic reads as shown: the loss's forward rows add up to the sum under
+/// them (3.9 + 7.8 + 7.8 was captioned 19.6), and a layer's figure times its layers gives
+/// their total (0.77 × 32 was captioned 24.5).
+#[test]
+fn ledger_sums_and_products_read_as_shown() {
+    let figures = |html: &str, after: &str| -> Vec<f64> {
+        html.split(after)
+            .skip(1)
+            .filter_map(|t| t.split(" GiB").next()?.trim().parse().ok())
+            .collect()
+    };
+    // (Each of the loss's tensors at least 1 GiB: below, the rows read in MiB.)
+    for (batch, seq) in [("4", "4096"), ("3", "2000"), ("8", "8192"), ("5", "1000")] {
+        let k: &[(&str, &str)] = &[("model", "llama3.2-1b"), ("batch", batch), ("seq", seq)];
+        let html = render(&init("ledger", k, &[("of", "loss")])).unwrap();
+        let rows = figures(&html, r#"aria-hidden="true"></span> "#);
+        assert_eq!(rows.len(), 6, "{html}");
+        let said = figures(&html, "add up to ")[0];
+        let approx = html.contains("add up to about ");
+        let sum: f64 = rows[..3].iter().sum();
+        assert!(
+            approx || (sum - said).abs() < 1e-6,
+            "b={batch} s={seq}: {rows:?} → {said}"
+        );
+        let k: &[(&str, &str)] = &[("model", "llama3.1-8b"), ("batch", batch), ("seq", seq)];
+        let html = render(&init("ledger", k, &[("of", "layer")])).unwrap();
+        let each = figures(&html, "One layer keeps ")[0];
+        let all = figures(&html, " layers of this kind, ")[0];
+        let rounded = (each * 32.0 * 10.0).round() / 10.0;
+        assert!(
+            (rounded - all).abs() < 1e-6,
+            "b={batch} s={seq}: {each} × 32 → {all}"
+        );
+    }
 }

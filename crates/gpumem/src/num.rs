@@ -213,8 +213,9 @@ pub fn short(x: f64) -> String {
     s
 }
 
-/// round(a · 10^d), half to even, computed exactly: a = m·2^e with m < 2^53.
-fn scaled(a: f64, d: u32) -> Option<u128> {
+/// round(a · 10^d), half to even, computed exactly: a = m·2^e with m < 2^53 (the digits
+/// [`fixed`] prints; `None` beyond 2^128).
+pub fn scaled(a: f64, d: u32) -> Option<u128> {
     if a == 0.0 {
         return Some(0);
     }

@@ -202,7 +202,9 @@ pub struct Plan {
     /// The best layouts over all counts tried, fastest first.
     pub best: Vec<Candidate>,
     /// Why the engine refused a layout considered, when it did (the first such reason, as
-    /// `field: message`): the layouts it refuses are not counted as fitting.
+    /// `field: message`): the layouts it refuses are not counted as fitting. (Not in the
+    /// wasm: the widgets do not show it.)
+    #[cfg(not(target_arch = "wasm32"))]
     pub refused: Option<String>,
     pub cost_model: String,
 }
@@ -494,6 +496,7 @@ pub fn plan(req: &Request) -> Plan {
         prepared,
         found: Vec::new(),
         pc: a.params(),
+        #[cfg(not(target_arch = "wasm32"))]
         refused: None,
     };
     let mut counts = Vec::new();
@@ -562,11 +565,8 @@ pub fn plan(req: &Request) -> Plan {
         fewest_gpus: counts.iter().find(|c| c.best.is_some()).map(|c| c.gpus),
         counts,
         best,
-        // (The widgets do not show it: left out of the wasm.)
-        refused: sweep
-            .refused
-            .filter(|_| cfg!(not(target_arch = "wasm32")))
-            .map(|e| format!("{}: {}", e.field, e.message)),
+        #[cfg(not(target_arch = "wasm32"))]
+        refused: sweep.refused.map(|e| format!("{}: {}", e.field, e.message)),
         cost_model: COST_MODEL.into(),
     }
 }
@@ -611,6 +611,7 @@ struct Sweep<'a> {
     /// The model's parameter counts, for the cost model (counted once).
     pc: crate::arch::ParamCounts,
     /// The first reason the scenario check refused a layout for.
+    #[cfg(not(target_arch = "wasm32"))]
     refused: Option<crate::error::Error>,
 }
 
@@ -886,10 +887,9 @@ impl Sweep<'_> {
         self.scratch.recompute = r;
         // What a scenario of this layout would be refused for (an optimizer the layout
         // cannot hold, …) rules it out, as it does its listing.
-        if let Err(e) = self.scratch.check() {
-            if cfg!(not(target_arch = "wasm32")) {
-                self.refused.get_or_insert(e);
-            }
+        if let Err(_e) = self.scratch.check() {
+            #[cfg(not(target_arch = "wasm32"))]
+            self.refused.get_or_insert(_e);
             return Fit::Other;
         }
         let (peak, host) = if native {
@@ -1198,6 +1198,7 @@ mod tests {
             prepared: Vec::new(),
             found: Vec::new(),
             pc: a.params(),
+            #[cfg(not(target_arch = "wasm32"))]
             refused: None,
         };
         sweep.count(8);
