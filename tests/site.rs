@@ -1533,6 +1533,12 @@ for (const box of [document.documentElement, document.querySelector('#mdbook-con
 for (const k of document.querySelectorAll('.katex-display')) {
   if (k.scrollWidth > k.clientWidth + 1) bad.push(`formula scrolls (${k.scrollWidth} > ${k.clientWidth}): ${k.querySelector('annotation')?.textContent.slice(0, 40)}`);
 }
+// Every control a finger can hit: 24 × 24 px at least (WCAG 2.5.8).
+for (const el of document.querySelectorAll('.gm button, .gm input, .gm select, .gm summary')) {
+  if (!el.getClientRects().length) continue;
+  const r = el.getBoundingClientRect();
+  if (r.width < 24 || r.height < 24) bad.push(`control ${Math.round(r.width)} × ${Math.round(r.height)} px: <${el.tagName.toLowerCase()} class="${el.getAttribute('class') || ''}">`);
+}
 for (const t of document.querySelectorAll('svg.gm-chart text')) {
   if (!t.getClientRects().length) continue;
   const m = t.getScreenCTM();
