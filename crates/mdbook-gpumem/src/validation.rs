@@ -271,7 +271,7 @@ fn scatter(r: &Report, caption: &str) -> String {
     }
     let _ = write!(
         s,
-        "<text class=\"gm-axis-label\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">measured peak →</text>\
+        "<text class=\"gm-axis-label\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">measured peak, GiB →</text>\
          <text class=\"gm-axis-label\" x=\"{:.1}\" y=\"12\" text-anchor=\"start\">predicted peak ↑</text></svg>\
          <figcaption>{caption}</figcaption></figure>",
         (w + pad) / 2.0,
