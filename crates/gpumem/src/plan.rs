@@ -811,18 +811,26 @@ impl Sweep<'_> {
         let mut list: Vec<(u8, u8, Recompute)> = Vec::new();
         let pipeline_limits = par.pp > 1 && par.framework != Framework::Fsdp;
         let fx = self.req.fixed;
-        // ZeRO shards over dp × cp: with one rank there, FSDP and Megatron run unsharded, and
-        // every stage without offload is the same layout as stage 0 (DeepSpeed's stages
-        // still differ: their flat buffers).
-        let unsharded =
-            par.dp * par.cp == 1 && par.framework != Framework::DeepSpeed && fx.zero.is_none();
+        // ZeRO shards over dp × cp. With one rank there a stage that shards nothing repeats
+        // another's layout, figures and all: FSDP's stages 1–3 are stage 0, Megatron's
+        // distributed optimizer (1) is plain DDP (0) and its two Megatron-FSDP stages (2, 3)
+        // are one (DeepSpeed's stages still differ: their flat buffers).
+        let repeats = |zero: u8| {
+            par.dp * par.cp == 1
+                && fx.zero.is_none()
+                && match par.framework {
+                    Framework::Fsdp => zero > 0,
+                    Framework::Megatron => zero == 1 || zero == 3,
+                    Framework::DeepSpeed => false,
+                }
+        };
         for zero in 0..=3u8 {
             // DeepSpeed's and Megatron's pipelines take ZeRO-1 at most.
             if (pipeline_limits && zero > 1) || fx.zero.is_some_and(|z| z != zero) {
                 continue;
             }
             for offload in 0..3 {
-                if (offload == 0 && zero > 0 && unsharded)
+                if (offload == 0 && repeats(zero))
                     || (offload >= 1 && (zero == 0 || par.pp > 1 || !self.req.offload))
                     || (offload == 2 && zero < 3)
                     || fx
