@@ -109,8 +109,17 @@ pub fn answer(
                 with.replace(' ', ", "),
                 gib(b)
             ));
-            steps.push(format!("saving = {} − {} = {}", gib(a), gib(b), gib(a - b)));
-            ((a - b) / GIB, Unit::Gib)
+            // The difference of the two figures shown, as the remedies give it (431.1 −
+            // 234.7 = 196.4, where the bytes' difference rounds to 196.3).
+            let sum = crate::format::Sum::of(a);
+            let d = sum.units(a) - sum.units(b);
+            steps.push(format!(
+                "saving = {} − {} = {}",
+                sum.gib(a),
+                sum.gib(b),
+                sum.show(d)
+            ));
+            (sum.value(d), Unit::Gib)
         }
         "logits-fp32" => {
             let rows = gpumem::ledger::loss(&s).map_err(|e| e.to_string())?;
@@ -419,6 +428,19 @@ mod tests {
         assert!((p.value - 16.0).abs() < 0.01, "{}", p.value);
         let s = answer(&page, "saving", "recompute=full", "", "").unwrap();
         assert!(s.value > 0.0);
+        // The saving is the difference of the two figures its solution shows, as the
+        // remedies give it (Gemma 3 1B, b=8, s=8K: 431.1 − 234.7 = 196.4, where the bytes'
+        // difference rounds to 196.3).
+        let gemma = k(&[("model", "gemma-3-1b"), ("batch", "8"), ("seq", "8k")]);
+        let s = answer(&gemma, "saving", "recompute=full", "", "").unwrap();
+        let last = s.steps.last().unwrap();
+        let shown: Vec<f64> = last
+            .split(" GiB")
+            .filter_map(|t| t.rsplit(' ').next()?.replace(',', "").parse().ok())
+            .collect();
+        assert_eq!(shown.len(), 3, "{last}");
+        assert!((shown[0] - shown[1] - shown[2]).abs() < 1e-9, "{last}");
+        assert!((s.value - shown[2]).abs() < 1e-9, "{last}: {}", s.value);
         let f = answer(&page, "logits-fp32", "", "", "").unwrap();
         assert!((f.value * GIB - 2048.0 * 128256.0 * 4.0).abs() < 1.0);
         assert!(answer(&page, "no-such", "", "", "").is_err());

@@ -142,15 +142,14 @@ impl Sum {
         }
     }
 
+    /// Units in GiB.
+    pub fn value(&self, units: i64) -> f64 {
+        units as f64 / 10f64.powi(self.decimals as i32)
+    }
+
     /// Units as text: "12.3 GiB".
     pub fn show(&self, units: i64) -> String {
-        format!(
-            "{} GiB",
-            signed(
-                units as f64 / 10f64.powi(self.decimals as i32),
-                self.decimals
-            )
-        )
+        format!("{} GiB", signed(self.value(units), self.decimals))
     }
 
     /// `bytes` as text at this sum's precision.
