@@ -100,7 +100,10 @@ pub const MAX_BYTES: f64 = 1_152_921_504_606_846_976.0;
 
 /// Components at the peak as integers, or an error that says how large the step is when it
 /// is beyond [`MAX_BYTES`] (or a figure is not a number: an internal fault, reported).
-pub(crate) fn bounded_components(parts: &[(&str, f64)]) -> Result<crate::map::Components> {
+pub(crate) fn bounded_components(
+    s: &Scenario,
+    parts: &[(&str, f64)],
+) -> Result<crate::map::Components> {
     let total: f64 = parts.iter().map(|p| p.1).sum();
     if let Some((n, _)) = parts.iter().find(|p| !p.1.is_finite() || p.1 < 0.0) {
         return Err(Error::new(
@@ -114,8 +117,11 @@ pub(crate) fn bounded_components(parts: &[(&str, f64)]) -> Result<crate::map::Co
         let (big, b) = parts
             .iter()
             .fold(("", 0.0), |m, p| if p.1 > m.1 { (p.0, p.1) } else { m });
+        // The field to lower: the tokens' (models stop at 10^14 parameters, whose states
+        // stay far below the bound), the batch unless it is already one sequence.
+        let field = if s.batch > 1 { "batch" } else { "seq" };
         return Err(Error::new(
-            "",
+            field,
             format!(
                 "this step needs about {} on each GPU ({} of it {}), far beyond any GPU; gpumem computes figures up to {} (2^60 bytes): lower batch, seq or the model's size",
                 crate::num::bytes_words(total),
@@ -263,7 +269,7 @@ pub fn estimate(s: &Scenario) -> Result<Estimate> {
     }
     let ws = crate::gpu::cublas_workspaces(s);
     parts.push((Cat::Workspaces.key(), ws as f64));
-    let components = bounded_components(&parts)?;
+    let components = bounded_components(s, &parts)?;
     let peak_bytes: u64 = components.values().sum();
     timeline.iter_mut().for_each(|p| p.bytes += ws);
     // A paged optimizer's managed states, sharded as its other states are.
@@ -712,7 +718,7 @@ fn pytorch_dp(s: &Scenario, name: &str, model: &Architecture) -> Result<Estimate
     let mut stage_list = Vec::new();
     if par.pp > 1 {
         for (r, st) in stages.iter().enumerate() {
-            let c = bounded_components(&parts_of(st))?;
+            let c = bounded_components(s, &parts_of(st))?;
             stage_list.push(StageEstimate {
                 stage: r as u64,
                 layers: st.layers,
@@ -725,7 +731,7 @@ fn pytorch_dp(s: &Scenario, name: &str, model: &Architecture) -> Result<Estimate
     let st = &stages[worst];
     let base = st.base;
     let prog = &st.prog;
-    let components = bounded_components(&parts_of(st))?;
+    let components = bounded_components(s, &parts_of(st))?;
     let peak_bytes: u64 = components.values().sum();
     let r = Reserved::new(s, peak_bytes, None, 0.0, &mut notes);
     let mut timeline: Vec<Point> = prog

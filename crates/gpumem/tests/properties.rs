@@ -147,6 +147,26 @@ fn kv_cache_is_exact_for_presets() {
     assert_eq!(e.kv_cache_bytes, 80 * 2 * 8 * 128 * 1024 * 3 * 2);
 }
 
+/// A step beyond what gpumem computes (2^60 bytes) is refused naming the field to lower:
+/// the batch, or at one sequence the sequence (a model's states cannot pass the bound: it
+/// stops at 10^14 parameters).
+#[test]
+fn a_step_beyond_the_bound_names_what_to_lower() {
+    let field = |v: serde_json::Value| {
+        estimate(&Scenario::from_value(&v).unwrap())
+            .unwrap_err()
+            .field
+    };
+    assert_eq!(
+        field(json!({"model": "llama3.1-8b", "batch": 8192, "seq": 134217728})),
+        "batch"
+    );
+    assert_eq!(
+        field(json!({"model": "llama3.1-405b", "seq": 134217728, "attention": "eager"})),
+        "seq"
+    );
+}
+
 /// A model with learned positions (GPT-2's 1,024) generates until the cache holds as many
 /// positions as it has: the prompt and every new token but the last, which is sampled and
 /// never fed back. One position more is refused, naming `seq`.
