@@ -1820,6 +1820,37 @@ fn copy_link_says_what_happened_and_shows_the_link_when_it_could_not_copy() {
     });
 }
 
+/// A chart saved as SVG carries the note its figure gives under it ("▲ beyond the chart: up
+/// to …"): the file is read away from the page, and without it the areas cut at the top
+/// would say nothing of how high they go.
+#[test]
+fn a_saved_chart_carries_its_note() {
+    let c = Chrome::start().unwrap_or_else(|e| panic!("{e}"));
+    c.goto(&format!("{}/activations.html", served())).unwrap();
+    wait_widget(&c, "sweep");
+    let got = c
+        .eval(
+            "window.saved = []; HTMLAnchorElement.prototype.click = function () { window.saved.push(this.href); }; \
+             const f = document.querySelector('[data-widget=sweep]'); \
+             [...f.querySelectorAll('.gm-tools button')].find(b => b.textContent === 'Save SVG').click(); \
+             const note = f.querySelector('svg.gm-chart + .gm-note'); \
+             return [note ? note.textContent : '', decodeURIComponent((window.saved[0] || ',').split(',').slice(1).join(','))];",
+            json!([]),
+        )
+        .unwrap();
+    let (note, file) = (got[0].as_str().unwrap(), got[1].as_str().unwrap());
+    assert!(note.contains("GiB") && note.contains("× the GPU"), "{note}");
+    // As text in the file, escaped as the rest.
+    let shown = note
+        .replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;");
+    assert!(
+        file.starts_with("<svg") && file.contains(&format!(">{shown}</text>")),
+        "{file}"
+    );
+}
+
 /// The sweep's axis, which is not a knob, comes back from a copied link: the toggle writes
 /// it into the URL (`scale=log`) beside the knobs, and a page opened at that URL starts on it;
 /// a value other than `log` or `linear` is ignored.

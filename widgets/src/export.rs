@@ -236,7 +236,10 @@ fn save(
         ));
     }
     let rows = items.length().div_ceil(cols) as f64;
-    let foot = top + rows * 18.0 + 12.0;
+    // The chart's own note, when it has one ("▲ beyond the chart: …"): the file is not
+    // read beside the page.
+    let note = text("svg.gm-chart + .gm-note");
+    let foot = top + rows * 18.0 + if note.is_empty() { 12.0 } else { 28.0 };
     let height = foot + 18.0 + pad;
     let href = w.location().href().unwrap_or_default();
     let chart = web_sys::XmlSerializer::new()?.serialize_to_string(&clone)?;
@@ -259,6 +262,7 @@ fn save(
          <text x=\"{px}\" y=\"{t1}\" font-size=\"15\" font-weight=\"600\" fill=\"{fg}\">{title}</text>\
          <text x=\"{px}\" y=\"{t2}\" font-size=\"12\" fill=\"{fg}\">{sub}</text>\
          {chart}{legend}\
+         <text x=\"{px}\" y=\"{f0}\" font-size=\"11\" fill=\"{fg}\">{note}</text>\
          <text x=\"{px}\" y=\"{f1}\" font-size=\"11\" fill=\"{fg}\">{settings}</text>\
          <text x=\"{px}\" y=\"{f2}\" font-size=\"11\" fill=\"{fg}\">{source}</text></svg>",
         px = fixed(pad, 1),
@@ -269,6 +273,8 @@ fn save(
         t2 = fixed(pad + 32.0, 1),
         title = esc(&text(".gm-title")),
         sub = esc(&text(".gm-sub")),
+        f0 = fixed(foot - 16.0, 1),
+        note = esc(&note),
         f1 = fixed(foot, 1),
         f2 = fixed(foot + 16.0, 1),
         settings = esc(settings),

@@ -118,8 +118,15 @@ pub(crate) fn bounded_components(
             .iter()
             .fold(("", 0.0), |m, p| if p.1 > m.1 { (p.0, p.1) } else { m });
         // The field to lower: the tokens' (models stop at 10^14 parameters, whose states
-        // stay far below the bound), the batch unless it is already one sequence.
-        let field = if s.batch > 1 { "batch" } else { "seq" };
+        // stay far below the bound), the batch unless it is already one sequence. (The
+        // widgets show the message, which names both: left out of the wasm.)
+        let field = if cfg!(target_arch = "wasm32") {
+            ""
+        } else if s.batch > 1 {
+            "batch"
+        } else {
+            "seq"
+        };
         return Err(Error::new(
             field,
             format!(
