@@ -207,7 +207,7 @@ mod tests {
         assert!(layouts.len() >= 10, "{layouts:?}");
     }
 
-    /// The same layouts run on an H100 (`tests/data/oracle/cuda.jsonl`): PyTorch's own
+    /// The same layouts run on an H100 (`tests/data/oracle/cuda-validation.jsonl`): PyTorch's own
     /// `max_memory_allocated` per rank, cuBLAS's workspaces and kernels' own buffers
     /// included, against the estimate's peak.
     #[test]
