@@ -37,10 +37,34 @@ fn gpumem(args: &[&str]) -> Out {
     }
 }
 
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("gpumem-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d.join(name)
+/// A path named `name` in a directory of its own, removed with it when the test is done.
+struct Tmp {
+    path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl std::ops::Deref for Tmp {
+    type Target = PathBuf;
+    fn deref(&self) -> &PathBuf {
+        &self.path
+    }
+}
+
+impl AsRef<std::path::Path> for Tmp {
+    fn as_ref(&self) -> &std::path::Path {
+        &self.path
+    }
+}
+
+fn tmp(name: &str) -> Tmp {
+    let dir = tempfile::Builder::new()
+        .prefix("gpumem-cli-")
+        .tempdir()
+        .unwrap();
+    Tmp {
+        path: dir.path().join(name),
+        _dir: dir,
+    }
 }
 
 #[test]
@@ -254,13 +278,12 @@ fn a_byte_order_mark_is_accepted() {
 
 #[test]
 fn files_that_are_not_small_regular_files_are_refused_quickly() {
+    let fifo = tmp("fifo.json");
+    let big = tmp("big.json");
     let cases: Vec<(String, &str)> = {
-        let fifo = tmp("fifo.json");
-        let _ = std::fs::remove_file(&fifo);
-        let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+        let made = Command::new("mkfifo").arg(&*fifo).status().unwrap();
         assert!(made.success());
-        let big = tmp("big.json");
-        let f = std::fs::File::create(&big).unwrap();
+        let f = std::fs::File::create(&*big).unwrap();
         f.set_len((4 << 20) + 1).unwrap();
         vec![
             ("/dev/zero".into(), "is a character device"),
@@ -300,9 +323,6 @@ fn files_that_are_not_small_regular_files_are_refused_quickly() {
     let o = gpumem(&["estimate", "--scenario", bin.to_str().unwrap()]);
     assert_eq!(o.code, 2);
     assert!(o.stderr.contains("not UTF-8"), "{}", o.stderr);
-    for f in ["fifo.json", "big.json", "near.json", "bin.json"] {
-        let _ = std::fs::remove_file(tmp(f));
-    }
 }
 
 #[test]
@@ -557,9 +577,6 @@ fn a_key_given_twice_or_an_empty_file_name_is_refused() {
             "{}",
             o.stderr
         );
-    }
-    for f in ["twice.json", "twice-config.json"] {
-        let _ = std::fs::remove_file(tmp(f));
     }
 }
 

@@ -11,13 +11,15 @@ fn data(name: &str) -> String {
 }
 
 fn cli_estimate(scenario: &Value) -> Value {
-    let dir = std::env::temp_dir().join(format!("gpumem-fid-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let f = dir.join(format!("{:x}.json", fxhash(&scenario.to_string())));
-    std::fs::write(&f, scenario.to_string()).unwrap();
+    let f = tempfile::Builder::new()
+        .prefix("gpumem-fid-")
+        .suffix(".json")
+        .tempfile()
+        .unwrap();
+    std::fs::write(f.path(), scenario.to_string()).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_gpumem"))
         .args(["estimate", "--json", "--scenario"])
-        .arg(&f)
+        .arg(f.path())
         .output()
         .expect("run gpumem");
     assert!(
@@ -26,12 +28,6 @@ fn cli_estimate(scenario: &Value) -> Value {
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).expect("JSON out")
-}
-
-fn fxhash(s: &str) -> u64 {
-    s.bytes().fold(0xcbf29ce484222325u64, |h, b| {
-        (h ^ b as u64).wrapping_mul(0x100000001b3)
-    })
 }
 
 #[test]
@@ -139,10 +135,17 @@ fn bad_input_exits_2_with_the_field_named() {
     let o = run(&["estimate", "--model", "no-such-model"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("model.preset"));
-    let dir = std::env::temp_dir();
-    let f = dir.join(format!("gpumem-bad-{}.json", std::process::id()));
-    std::fs::write(&f, "{\"model\": {\"preset\": \"gpt2\"},\n \"seq\": NaN}").unwrap();
-    let o = run(&["estimate", "--scenario", f.to_str().unwrap()]);
+    let f = tempfile::Builder::new()
+        .prefix("gpumem-bad-")
+        .suffix(".json")
+        .tempfile()
+        .unwrap();
+    std::fs::write(
+        f.path(),
+        "{\"model\": {\"preset\": \"gpt2\"},\n \"seq\": NaN}",
+    )
+    .unwrap();
+    let o = run(&["estimate", "--scenario", f.path().to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains(":2:"), "file:line in {err}");
@@ -182,11 +185,15 @@ fn table_output_and_presets() {
 
 #[test]
 fn hf_config_flag_reads_a_config_json() {
-    let dir = std::env::temp_dir();
-    let f = dir.join(format!("gpumem-cfg-{}.json", std::process::id()));
+    let tmp = tempfile::Builder::new()
+        .prefix("gpumem-cfg-")
+        .suffix(".json")
+        .tempfile()
+        .unwrap();
+    let f = tmp.path();
     // Qwen2.5-0.5B's published config.json (abridged; unknown keys are ignored).
     std::fs::write(
-        &f,
+        f,
         r#"{"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 896,
             "intermediate_size": 4864, "num_hidden_layers": 24, "num_attention_heads": 14,
             "num_key_value_heads": 2, "vocab_size": 151936, "tie_word_embeddings": true,
@@ -207,7 +214,7 @@ fn hf_config_flag_reads_a_config_json() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["params"], 494_032_768u64);
-    std::fs::write(&f, r#"{"model_type": "llama", "hidden_size": 64}"#).unwrap();
+    std::fs::write(f, r#"{"model_type": "llama", "hidden_size": 64}"#).unwrap();
     let o = Command::new(env!("CARGO_BIN_EXE_gpumem"))
         .args(["estimate", "--hf-config", f.to_str().unwrap()])
         .output()
