@@ -206,7 +206,8 @@ impl Init {
     /// Read back what [`host_html`] wrote. By hand rather than by a serde derive: the derive's
     /// error paths would bring float formatting into the wasm.
     pub fn from_json(text: &str) -> Result<Init, String> {
-        let v: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let v: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| gpumem::error::json_fault(&e))?;
         let o = v.as_object().ok_or("must be a JSON object")?;
         let text = |k: &str| {
             o.get(k)

@@ -450,7 +450,8 @@ pub fn apply_set(knobs: &Knobs, text: &str) -> Result<Knobs, String> {
             MAX_SET_BYTES >> 10
         ));
     }
-    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    let v: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| gpumem::error::json_fault(&e))?;
     let obj = v.as_object().ok_or("detail must be an object of knobs")?;
     if obj.len() > MAX_SET_KEYS {
         return Err(too_many_keys(obj.len()));

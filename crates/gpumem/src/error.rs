@@ -32,3 +32,20 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {}
 
 pub type Result<T> = std::result::Result<T, Error>;
+
+/// What is wrong with malformed JSON: serde_json's words (with where, "at line 2 column
+/// 9"); in the browser, a few of ours, without where (callers name the line and column):
+/// serde_json's `Display` links std's texts for I/O errors into the wasm, which never reads
+/// a file.
+pub fn json_fault(e: &serde_json::Error) -> String {
+    use serde_json::error::Category;
+    if cfg!(not(target_arch = "wasm32")) {
+        return e.to_string();
+    }
+    match e.classify() {
+        Category::Eof => "the text ends before the JSON does",
+        Category::Data => "a number out of range, or nesting too deep",
+        Category::Syntax | Category::Io => "a character where JSON cannot have one",
+    }
+    .into()
+}

@@ -1380,7 +1380,7 @@ pub(crate) struct DpStates {
     /// Offloaded bytes held in CPU memory.
     pub host: f64,
     /// Gradient buffers resident through the whole step, besides the autograd gradients
-    /// (DeepSpeed's fp32 gradient partition).
+    /// (DeepSpeed's gradient partition: fp32 under mixed precision).
     pub grad_acc: f64,
 }
 
@@ -1437,7 +1437,16 @@ impl DpStates {
         let megatron = par.framework == Framework::Megatron;
         let what = match (par.framework, zero) {
             (Framework::DeepSpeed, _) => {
-                return Some(format!("DeepSpeed ZeRO-{zero} over {ranks} ranks{offload}"))
+                let p = &s.precision;
+                let bf16 = crate::dtype::DType::Bf16;
+                let low = match (p.master, p.weights == bf16, p.optimizer == bf16) {
+                    (None, true, true) => ", bf16 master weights and states (bf16_master_weights_and_grads, bf16_optimizer_states)",
+                    (None, true, false) => ", bf16 master weights (bf16_master_weights_and_grads)",
+                    _ => "",
+                };
+                return Some(format!(
+                    "DeepSpeed ZeRO-{zero} over {ranks} ranks{low}{offload}"
+                ));
             }
             (_, 3 | 2) if megatron => "Megatron-FSDP",
             (_, 1) if megatron => "Megatron's distributed optimizer",
@@ -1483,12 +1492,25 @@ impl DpStates {
                 // DeepSpeed's accounting (stage_1_and_2.py / stage3.py and its
                 // estimate_zero{2,3}_model_states_mem_needs): 16-bit gradients stay whole
                 // through stage 2, and each rank's optimizer partition has an fp32 gradient.
-                let fp32_grads = if st.master > 0.0 {
-                    trainable * 4.0
-                } else {
-                    0.0
+                let p = &s.precision;
+                let fp32_grads = match p.master {
+                    Some(m) => shard(zero >= 1, trainable * m.bytes()),
+                    // Without a separate master dtype, ZeRO's partition of the parameters
+                    // the optimizer updates is kept in their own dtype (16-bit training:
+                    // `bf16_master_weights_and_grads`; `master_weights_and_grads_dtype`):
+                    // stages 1 and 2 clone it (`single_partition_of_fp32_groups`), stage 3
+                    // uses the parameters' own partition where the dtypes agree
+                    // (`fp32_partitioned_groups_flat`), and its gradient is in that dtype
+                    // too (stage 3's `grad_partitions_flat_buffer`, in the model's dtype).
+                    None if zero >= 1 && p.weights.is_float_compute() => {
+                        let part = trainable * p.weights.bytes() / n;
+                        if zero <= 2 || par.offload_optimizer {
+                            d.master = part;
+                        }
+                        part
+                    }
+                    None => 0.0,
                 };
-                let fp32_grads = shard(zero >= 1, fp32_grads);
                 // The fp32 partition is a persistent buffer (DeepSpeed's own estimator
                 // counts it with the model states): resident through the whole step.
                 d.grads = if zero >= 3 { 0.0 } else { st.grads };

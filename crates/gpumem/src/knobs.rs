@@ -296,7 +296,7 @@ pub fn arch_from_config_json(text: &str) -> Result<String> {
         Error::new(
             format!("config.json:{}:{}", e.line(), e.column()),
             // serde_json's words whole (cut to a length, they ended mid-word).
-            format!("not valid JSON ({e})"),
+            format!("not valid JSON ({})", crate::error::json_fault(&e)),
         )
     })?;
     if !v.is_object() {

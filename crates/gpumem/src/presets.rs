@@ -244,8 +244,10 @@ impl Config {
     fn preset(&self) -> Preset {
         // Errors by their Display: `expect` would carry the error types' Debug (and std's
         // string escaping with its Unicode tables) into the widgets' wasm.
-        let v: serde_json::Value = serde_json::from_str(self.json)
-            .unwrap_or_else(|e| panic!("{}: a preset's JSON: {e}", self.name));
+        let v: serde_json::Value = serde_json::from_str(self.json).unwrap_or_else(|e| {
+            let why = crate::error::json_fault(&e);
+            panic!("{}: a preset's JSON: {why}", self.name)
+        });
         Preset {
             name: self.name,
             aliases: self.aliases,

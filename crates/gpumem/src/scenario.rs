@@ -3,6 +3,7 @@
 use serde_json::Value;
 
 use crate::arch::Architecture;
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::gpu::{self, Gpu};
 use crate::hf::{self, kind, truncate, Obj};
@@ -70,7 +71,8 @@ pub struct Lora {
 pub enum Framework {
     /// PyTorch: DDP (`zero` 0) or FSDP/FSDP2 (`zero` 2 = SHARD_GRAD_OP, 3 = FULL_SHARD).
     Fsdp,
-    /// DeepSpeed ZeRO stages 0–3 (its own buffers and fp32 gradient partitions).
+    /// DeepSpeed ZeRO stages 0–3 (its own buffers, and the optimizer's partitions of the
+    /// parameters and their gradients).
     DeepSpeed,
     /// Megatron-LM: gradients live in one contiguous buffer the reduction works on in place;
     /// `zero` 1 is its distributed optimizer, 2–3 Megatron-FSDP.
@@ -340,7 +342,7 @@ impl Scenario {
                     "malformed JSON at line {} column {}: {}",
                     e.line(),
                     e.column(),
-                    e
+                    crate::error::json_fault(&e)
                 ),
             )
         })?;
@@ -348,6 +350,13 @@ impl Scenario {
     }
 
     pub fn from_value(v: &Value) -> Result<Scenario> {
+        let s = Scenario::unchecked(v)?;
+        s.check()?;
+        Ok(s)
+    }
+
+    /// `v` read field by field, before the checks across fields ([`Scenario::check`]).
+    pub(crate) fn unchecked(v: &Value) -> Result<Scenario> {
         let o = Obj::new(v, "").map_err(|_| Error::new("scenario", "must be a JSON object"))?;
         o.only(&[
             "model",
@@ -513,7 +522,6 @@ impl Scenario {
             capacity_bytes,
             allocator,
         };
-        s.check()?;
         Ok(s)
     }
 
@@ -691,6 +699,36 @@ impl Scenario {
         }
         if p.model_parallel() && p.framework == Framework::DeepSpeed {
             return err("framework", DEEPSPEED_LAYOUTS.into());
+        }
+        // DeepSpeed keeps 16-bit training's master weights in the parameters' dtype only
+        // through ZeRO's `bf16_master_weights_and_grads` (with `bf16_optimizer_states`, on
+        // the GPU); without ZeRO its FP16_Optimizer keeps fp32 ones, and an fp16 master
+        // needs the CPU optimizer (deepspeed/runtime/base_optimizer.py,
+        // `_configure_master_weights`; fp16/fused_optimizer.py).
+        let w = self.precision.weights;
+        if self.mode == Mode::Train
+            && p.framework == Framework::DeepSpeed
+            && self.precision.master.is_none()
+            && matches!(w, DType::Bf16 | DType::F16)
+        {
+            if p.zero == 0 || w == DType::F16 {
+                return Err(Error::new(
+                    "precision",
+                    format!(
+                        "DeepSpeed keeps fp32 master weights for {} training {}: use a precision with an fp32 master (mixed-bf16)",
+                        w.name(),
+                        if p.zero == 0 { "without ZeRO (its FP16_Optimizer)" } else { "(an fp16 master needs its CPU optimizer)" }
+                    ),
+                ));
+            }
+            let float_states =
+                !matches!(self.optimizer, Optimizer::Sgd) && !self.optimizer.eight_bit();
+            if self.precision.optimizer == DType::F32 && float_states && !p.offload_optimizer {
+                return Err(Error::new(
+                    "precision",
+                    "DeepSpeed keeps fp32 optimizer states beside a bf16 master only on the CPU: offload the optimizer, or keep the states in bf16",
+                ));
+            }
         }
         if p.cp > 1 && self.attention == Attention::Eager {
             return err(

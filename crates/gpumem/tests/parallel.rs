@@ -228,3 +228,80 @@ fn the_notes_name_the_layouts_framework() {
     assert!(f.contains("(DTensor, torchtitan's plan)"), "{f}");
     assert!(f.contains("(torch.distributed.pipelining, 1F1B)"), "{f}");
 }
+
+/// DeepSpeed without a separate master dtype (deepspeed/runtime/zero, commit edaa722 of
+/// 2026-08-22): ZeRO keeps the optimizer's partition of the parameters, and its gradient, in
+/// the parameters' own dtype (`master_weights_and_grads_dtype`: bf16 under
+/// `bf16_master_weights_and_grads`, else fp32). Stages 1 and 2 clone the partition
+/// (stage_1_and_2.py, `single_partition_of_fp32_groups`); stage 3 uses the parameters' own
+/// partition where the dtypes agree (stage3.py, "we don't need another copy of the weights")
+/// and keeps every gradient partition in one buffer of the model's dtype
+/// (`grad_partitions_flat_buffer`). Per GPU, Ψ parameters over N = 8 ranks, L the largest
+/// layer: pure bf16 ZeRO-2 4Ψ + (2 + 2 + 4)Ψ/N and ZeRO-3 4L + (2 + 2 + 4)Ψ/N; fp32 ZeRO-2
+/// 8Ψ + (4 + 4 + 8)Ψ/N and ZeRO-3 8L + (4 + 4 + 8)Ψ/N. Without ZeRO, DeepSpeed's
+/// FP16_Optimizer keeps fp32 masters (fp16/fused_optimizer.py), and an fp16 master needs the
+/// CPU optimizer (base_optimizer.py, `_configure_master_weights`): both refused, naming
+/// the precision.
+#[test]
+fn deepspeed_keeps_the_partition_in_the_parameters_dtype() {
+    let (psi, largest) = (8_030_261_248f64, 128_256f64 * 4096.0);
+    let n = 8.0;
+    let s = |precision: &str, zero: u64, offload: &str| {
+        json!({"model": "llama3.1-8b", "precision": precision, "optimizer": "adam", "batch": 1, "seq": 512,
+               "parallel": {"dp": 8, "zero": zero, "framework": "deepspeed", "offload": offload}})
+    };
+    let check = |v: Value, want: f64| {
+        let e = est(v.clone());
+        assert!(
+            (e.model_states_bytes as f64 - want).abs() <= 8.0,
+            "{v}: {} vs {want}",
+            e.model_states_bytes
+        );
+        e
+    };
+    for zero in [1, 2] {
+        check(s("bf16", zero, "none"), 4.0 * psi + 8.0 * psi / n);
+        check(s("fp32", zero, "none"), 8.0 * psi + 16.0 * psi / n);
+    }
+    let e = check(s("bf16", 3, "none"), 4.0 * largest + 8.0 * psi / n);
+    assert!(e.notes.iter().any(
+        |t| t.contains("bf16_master_weights_and_grads") && t.contains("bf16_optimizer_states")
+    ));
+    check(s("fp32", 3, "none"), 8.0 * largest + 16.0 * psi / n);
+    // Offloaded: the partition, its gradient and the states in CPU memory.
+    let off = est(s("bf16", 3, "optimizer"));
+    assert!(
+        (off.host_bytes as f64 - 8.0 * psi / n).abs() <= 8.0,
+        "{}",
+        off.host_bytes
+    );
+    for (precision, zero) in [("bf16", 0), ("fp16", 0), ("fp16", 2), ("fp16", 3)] {
+        let v = s(precision, zero, "none");
+        let err = Scenario::from_value(&v).unwrap_err();
+        assert_eq!(err.field, "precision", "{v}");
+        assert!(err.message.contains("fp32 master"), "{}", err.message);
+    }
+    // fp32 states beside a bf16 master only on the CPU.
+    let custom = |offload: &str| {
+        json!({"model": "llama3.1-8b", "precision": {"weights": "bf16", "optimizer": "fp32"},
+               "parallel": {"dp": 8, "zero": 3, "framework": "deepspeed", "offload": offload}})
+    };
+    assert_eq!(
+        Scenario::from_value(&custom("none")).unwrap_err().field,
+        "precision"
+    );
+    est(custom("optimizer"));
+    // The planner chooses the stage: a pure-bf16 DeepSpeed request plans ZeRO 1-3.
+    let p = gpumem::plan::plan(
+        &gpumem::plan::Request::from_value(
+            &json!({"model": "llama3.2-1b", "gpus": 8, "global_batch": 8, "precision": "bf16",
+            "parallel": {"framework": "deepspeed"}}),
+        )
+        .unwrap(),
+    );
+    assert!(!p.best.is_empty() && p.best.iter().all(|c| c.layout.zero >= 1));
+    assert!(p
+        .refused
+        .as_deref()
+        .is_some_and(|r| r.starts_with("precision: ")));
+}
