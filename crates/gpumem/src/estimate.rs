@@ -1490,8 +1490,12 @@ impl DpStates {
         match par.framework {
             Framework::DeepSpeed => {
                 // DeepSpeed's accounting (stage_1_and_2.py / stage3.py and its
-                // estimate_zero{2,3}_model_states_mem_needs): 16-bit gradients stay whole
-                // through stage 2, and each rank's optimizer partition has an fp32 gradient.
+                // estimate_zero{2,3}_model_states_mem_needs): each rank's optimizer partition
+                // has an fp32 gradient. The 16-bit gradients stay whole under stage 1; stage
+                // 2 keeps only its partition's (`grads_in_partition`): a gradient of another
+                // rank's partition is freed once its bucket is reduced (`reduce_ipg_grads`,
+                // `clear_grad_attribute`), as the ZeRO paper's 2Ψ + 14Ψ/N has it, where
+                // the estimator's 4Ψ + 16Ψ/N keeps them all.
                 let p = &s.precision;
                 let fp32_grads = match p.master {
                     Some(m) => shard(zero >= 1, trainable * m.bytes()),
@@ -1513,7 +1517,11 @@ impl DpStates {
                 };
                 // The fp32 partition is a persistent buffer (DeepSpeed's own estimator
                 // counts it with the model states): resident through the whole step.
-                d.grads = if zero >= 3 { 0.0 } else { st.grads };
+                d.grads = match zero {
+                    3.. => 0.0,
+                    2 => st.grads / n,
+                    _ => st.grads,
+                };
                 d.grad_acc = fp32_grads;
                 if zero >= 3 {
                     d.fixed = 2.0 * g.largest() * wb;

@@ -587,12 +587,26 @@ impl Scenario {
     fn check_layout(&self) -> Result<()> {
         let p = self.parallel;
         let err = |k: &str, m: String| Err(Error::new(format!("parallel.{k}"), m));
-        if p.model_parallel() && self.mode == Mode::Inference {
-            return err(
-                "tp",
-                "tensor, pipeline, context and expert parallelism are modelled for training only"
-                    .into(),
-            );
+        if self.mode == Mode::Inference {
+            // The first of them set (a scenario of `pp` 2 was refused as `tp`).
+            let set = [("tp", p.tp), ("pp", p.pp), ("cp", p.cp), ("ep", p.ep)]
+                .into_iter()
+                .find(|x| x.1 > 1);
+            if let Some((k, _)) = set {
+                return err(
+                    k,
+                    "tensor, pipeline, context and expert parallelism are modelled for training only"
+                        .into(),
+                );
+            }
+            // Sharded weights would be gathered layer by layer, which inference does not
+            // model: it counted a ZeRO-3 rank's shard alone.
+            if p.zero > 0 {
+                return err(
+                    "zero",
+                    "ZeRO and FSDP shard training's states; inference is modelled with each GPU holding the whole model (data-parallel replicas: zero 0)".into(),
+                );
+            }
         }
         let Model::Arch { arch: a, .. } = &self.model else {
             if p.model_parallel() {

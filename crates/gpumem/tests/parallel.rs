@@ -12,7 +12,10 @@ fn est(v: Value) -> gpumem::Estimate {
 /// DeepSpeed's `estimate_zero2_model_states_mem_needs` and
 /// `estimate_zero3_model_states_mem_needs` (deepspeed/runtime/zero/stage_1_and_2.py and
 /// stage3.py), GPU side, for one node of 8 GPUs:
-///   ZeRO-2: 4Ψ + 16Ψ/N; with optimizer offload 2Ψ.
+///   ZeRO-2: 4Ψ + 16Ψ/N; with optimizer offload 2Ψ. The estimator keeps every 16-bit
+///   gradient (2Ψ) where stage 2 keeps its partition's (2Ψ/N; stage_1_and_2.py frees the
+///   others as their buckets are reduced): 2Ψ + 18Ψ/N, the ZeRO paper's 2Ψ + 14Ψ/N with
+///   DeepSpeed's fp32 gradient partition. ZeRO-1 is the estimator's 4Ψ + 16Ψ/N.
 ///   ZeRO-3: 4·L + 18Ψ/N; optimizer offload 4·L + 2Ψ/N; parameter offload too 4·L,
 /// where L is the largest layer's parameter count (Llama: the embedding). Host side
 /// (zero_init, per node): 16Ψ and 18Ψ, before DeepSpeed's 1.5× buffer factor.
@@ -37,7 +40,12 @@ fn deepspeed_estimator_formulas() {
                 "{model} {what}: {got} vs {want}"
             );
         };
-        check(e.model_states_bytes, 4.0 * psi + 16.0 * psi / n, "zero2");
+        check(e.model_states_bytes, 2.0 * psi + 18.0 * psi / n, "zero2");
+        check(
+            est(base(1, "none")).model_states_bytes,
+            4.0 * psi + 16.0 * psi / n,
+            "zero1",
+        );
         check(
             est(base(2, "optimizer")).model_states_bytes,
             2.0 * psi,
@@ -158,6 +166,21 @@ fn invalid_layouts_say_which_constraint_failed() {
     let v = json!({"model": "mixtral-8x7b", "parallel": {"ep": 3}});
     let e = Scenario::from_value(&v).unwrap_err().to_string();
     assert!(e.contains("experts (8) must be divisible by ep (3)"), "{e}");
+    // Inference: the setting named is the one given (pp 2 was refused as tp), and sharded
+    // weights, which generation would gather layer by layer, are refused (a ZeRO-3 rank
+    // counted its shard alone).
+    for (par, field) in [
+        (json!({"pp": 2}), "parallel.pp"),
+        (json!({"cp": 2}), "parallel.cp"),
+        (json!({"dp": 8, "zero": 3}), "parallel.zero"),
+        (json!({"dp": 8, "fsdp": "full_shard"}), "parallel.zero"),
+    ] {
+        let v = json!({"model": "llama3.1-8b", "mode": "inference", "parallel": par});
+        assert_eq!(Scenario::from_value(&v).unwrap_err().field, field, "{par}");
+    }
+    let replicas = json!({"model": "llama3.1-8b", "mode": "inference", "parallel": {"dp": 8}});
+    let one = json!({"model": "llama3.1-8b", "mode": "inference"});
+    assert_eq!(est(replicas).peak_bytes, est(one).peak_bytes);
 }
 
 proptest! {
@@ -237,8 +260,9 @@ fn the_notes_name_the_layouts_framework() {
 /// partition where the dtypes agree (stage3.py, "we don't need another copy of the weights")
 /// and keeps every gradient partition in one buffer of the model's dtype
 /// (`grad_partitions_flat_buffer`). Per GPU, Ψ parameters over N = 8 ranks, L the largest
-/// layer: pure bf16 ZeRO-2 4Ψ + (2 + 2 + 4)Ψ/N and ZeRO-3 4L + (2 + 2 + 4)Ψ/N; fp32 ZeRO-2
-/// 8Ψ + (4 + 4 + 8)Ψ/N and ZeRO-3 8L + (4 + 4 + 8)Ψ/N. Without ZeRO, DeepSpeed's
+/// layer: pure bf16 ZeRO-1 4Ψ + (2 + 2 + 4)Ψ/N, ZeRO-2 2Ψ + (2 + 2 + 2 + 4)Ψ/N (its
+/// 16-bit gradients sharded too) and ZeRO-3 4L + (2 + 2 + 4)Ψ/N; fp32 ZeRO-1
+/// 8Ψ + (4 + 4 + 8)Ψ/N, ZeRO-2 4Ψ + (4 + 4 + 4 + 8)Ψ/N and ZeRO-3 8L + (4 + 4 + 8)Ψ/N. Without ZeRO, DeepSpeed's
 /// FP16_Optimizer keeps fp32 masters (fp16/fused_optimizer.py), and an fp16 master needs the
 /// CPU optimizer (base_optimizer.py, `_configure_master_weights`): both refused, naming
 /// the precision.
@@ -259,10 +283,11 @@ fn deepspeed_keeps_the_partition_in_the_parameters_dtype() {
         );
         e
     };
-    for zero in [1, 2] {
-        check(s("bf16", zero, "none"), 4.0 * psi + 8.0 * psi / n);
-        check(s("fp32", zero, "none"), 8.0 * psi + 16.0 * psi / n);
-    }
+    check(s("bf16", 1, "none"), 4.0 * psi + 8.0 * psi / n);
+    check(s("fp32", 1, "none"), 8.0 * psi + 16.0 * psi / n);
+    // Stage 2 keeps its partition's 16-bit gradients only.
+    check(s("bf16", 2, "none"), 2.0 * psi + 10.0 * psi / n);
+    check(s("fp32", 2, "none"), 4.0 * psi + 20.0 * psi / n);
     let e = check(s("bf16", 3, "none"), 4.0 * largest + 8.0 * psi / n);
     assert!(e.notes.iter().any(
         |t| t.contains("bf16_master_weights_and_grads") && t.contains("bf16_optimizer_states")
