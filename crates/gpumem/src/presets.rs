@@ -373,8 +373,8 @@ const CONFIGS: &[Config] = &[
     Config {
         name: "deepseek-v2-lite",
         aliases: &[],
-        source: "deepseek-ai/DeepSeek-V2-Lite config.json (as transformers 5.17 reads it: q_lora_rank absent, so 1536)",
-        json: r#"{"model_type":"deepseek_v2","hidden_size":2048,"intermediate_size":10944,"num_hidden_layers":27,"num_attention_heads":16,"vocab_size":102400,"kv_lora_rank":512,"qk_nope_head_dim":128,"qk_rope_head_dim":64,"v_head_dim":128,"n_routed_experts":64,"n_shared_experts":2,"num_experts_per_tok":6,"moe_intermediate_size":1408,"first_k_dense_replace":1}"#,
+        source: "deepseek-ai/DeepSeek-V2-Lite config.json (queries not compressed: q_lora_rank null)",
+        json: r#"{"model_type":"deepseek_v2","hidden_size":2048,"intermediate_size":10944,"num_hidden_layers":27,"num_attention_heads":16,"vocab_size":102400,"q_lora_rank":null,"kv_lora_rank":512,"qk_nope_head_dim":128,"qk_rope_head_dim":64,"v_head_dim":128,"n_routed_experts":64,"n_shared_experts":2,"num_experts_per_tok":6,"moe_intermediate_size":1408,"first_k_dense_replace":1}"#,
     },
     Config {
         name: "smollm3-3b",
