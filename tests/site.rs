@@ -1310,7 +1310,7 @@ fn the_5d_panel_takes_multi_digit_numbers() {
     for (field, typed, says) in [
         ("dp", "-2", "dp: '-2' is negative: give a whole number"),
         ("dp", "1.5", "dp: '1.5' is not a whole number"),
-        ("tp", "\u{E003}", "tp: '' is empty: give a whole number"),
+        ("tp", "\u{E003}", "tp: a whole number is needed"),
         (
             "layers",
             "-2",

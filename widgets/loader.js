@@ -44,6 +44,16 @@ if (document.querySelector("[data-gpumem]")) {
       t.dispatchEvent(new Event("change", { bubbles: true }));
     }
   });
+  // A screen reader hears the widget the reader works in, not every widget a change reaches
+  // (a slider's step changed six live regions on the budget page): live regions outside the
+  // widget that has the focus are quiet until the focus comes to theirs.
+  document.addEventListener("focusin", (e) => {
+    const here = e.target.closest?.("[data-gpumem]");
+    if (!here) return;
+    for (const r of document.querySelectorAll("[data-gpumem] [aria-live]:not([role=alert])")) {
+      r.setAttribute("aria-live", here.contains(r) ? "polite" : "off");
+    }
+  });
   const module_or_path = new URL("gpumem_widgets_bg.wasm", import.meta.url);
   init({ module_or_path })
     .then(() => {
@@ -68,10 +78,40 @@ if (document.querySelector("[data-gpumem]")) {
         });
         for (const host of uid.keys()) seen.observe(host);
       }
+      // Figures of the caching allocator's replay are computed when the book is built (the
+      // wasm does not replay it): once the page's settings are not the book's (the URL carries
+      // knobs), they are marked as such, and a note before the first says why.
+      const built = document.querySelectorAll(".gm-built");
+      let note;
+      const markBuilt = () => {
+        if (!built.length) return;
+        const q = new URLSearchParams(location.search);
+        q.delete("scale");
+        const changed = [...q.keys()].length > 0;
+        for (const b of built) {
+          b.classList.toggle("gm-stale", changed);
+          if (changed) b.title = "as the book was built, not for your settings";
+          else b.removeAttribute("title");
+        }
+        if (changed && !note) {
+          note = document.createElement("p");
+          note.className = "gm-note gm-built-note";
+          note.setAttribute("role", "note");
+          note.textContent =
+            "The underlined figures below are for this page's scenario as the book was built, " +
+            "not for your settings: the allocator's replay runs when the book is built and in " +
+            "the gpumem command, not in this page.";
+          const at = built[0].closest("p") || built[0];
+          at.parentNode.insertBefore(note, at);
+        }
+        if (note) note.hidden = !changed;
+      };
+      markBuilt();
       const catchUp = () => {
         for (const host of far) near(uid.get(host), false);
         // No widget named: the knobs have rested, and the URL is to carry them.
         near("", false);
+        markBuilt();
       };
       let timer;
       document.addEventListener("gpumem:change", () => {

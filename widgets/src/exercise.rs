@@ -180,7 +180,8 @@ pub fn accepted(a: &Answer, tolerance: f64) -> f64 {
 }
 
 /// The reader's answer as a number: thousands separators, spaces and a unit after it are
-/// allowed ("12.3 GiB", "8,191", "4k" for tokens). `None` when it is not a number.
+/// allowed ("12.3 GiB", "8,191", "4k" for tokens; GB and MB are read as decimal units and
+/// converted). `None` when it is not a number.
 pub fn read(text: &str, unit: Unit) -> Option<f64> {
     // A comma groups thousands ("8,191"): a decimal comma ("59,8") is not read as 598.
     let mut group = None::<u8>;
@@ -215,6 +216,10 @@ pub fn read(text: &str, unit: Unit) -> Option<f64> {
     let mult = match (unit, &lower[num.len()..]) {
         (Unit::Tokens, "k") => 1024.0,
         (Unit::Tokens, "m") => 1048576.0,
+        // Decimal units, as nvidia-smi and spec sheets count: 64.2 GB is 59.8 GiB.
+        (Unit::Gib, "gb") => 1e9 / GIB,
+        (Unit::Gib, "mb") => 1e6 / GIB,
+        (Unit::Gib, "mib") => 1.0 / 1024.0,
         _ => 1.0,
     };
     (x.is_finite()).then_some(x * mult)
@@ -459,6 +464,11 @@ mod tests {
         }
         assert_eq!(read("8k", Unit::Tokens), Some(8192.0));
         assert_eq!(read("−1.5", Unit::Gib), Some(-1.5));
+        // GB and MB are decimal: a reader's 64.2 GB is 59.79 GiB.
+        let gb = read("64.2 GB", Unit::Gib).unwrap();
+        assert!((gb - 64.2e9 / GIB).abs() < 1e-12, "{gb}");
+        assert_eq!(read("512 MiB", Unit::Gib), Some(0.5));
+        assert_eq!(read("59.8 gib", Unit::Gib), Some(59.8));
         for bad in ["", "GiB", "twelve", "1e400", "<script>", &"9".repeat(100)] {
             assert_eq!(read(bad, Unit::Gib), None, "{bad}");
         }

@@ -335,7 +335,7 @@ pub fn render(init: &Init) -> Result<String, String> {
 /// that carries its [`Init`]. One line, so markdown keeps it as one HTML block.
 #[cfg(not(target_arch = "wasm32"))]
 pub fn host_html(init: &Init) -> Result<String, String> {
-    let inner = render(init)?;
+    let inner = disabled(&render(init)?);
     let json = serde_json::to_string(init).map_err(|e| e.to_string())?;
     let tag = if INLINE.contains(&init.widget.as_str()) {
         "span"
@@ -347,6 +347,37 @@ pub fn host_html(init: &Init) -> Result<String, String> {
         format::escape_attr(&json),
         inner
     ))
+}
+
+/// `html` with its form controls disabled: what the book carries is read without JavaScript,
+/// where nothing would answer a control (a slider moved by the keyboard changed no figure);
+/// the widgets render live controls over it.
+#[cfg(not(target_arch = "wasm32"))]
+fn disabled(html: &str) -> String {
+    let mut out = String::with_capacity(html.len() + 256);
+    let mut rest = html;
+    while let Some(i) = rest.find('<') {
+        out.push_str(&rest[..i]);
+        rest = &rest[i..];
+        let tag = ["<input", "<select", "<button", "<textarea"]
+            .into_iter()
+            .find(|t| {
+                rest.starts_with(t) && matches!(rest.as_bytes().get(t.len()), Some(b' ' | b'>'))
+            });
+        match tag {
+            Some(t) => {
+                out.push_str(t);
+                out.push_str(" disabled");
+                rest = &rest[t.len()..];
+            }
+            None => {
+                out.push('<');
+                rest = &rest[1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// The browser entry point: render every widget host on the page over its pre-rendered HTML
@@ -407,6 +438,26 @@ pub fn start() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The book's pre-rendered controls are disabled: without JavaScript a slider moved by
+    /// the keyboard changed no figure.
+    #[test]
+    fn pre_rendered_controls_are_disabled() {
+        assert_eq!(
+            disabled(
+                r#"<p><input type="range"><button>Go</button><buttons><select id="a"></select></p>"#
+            ),
+            r#"<p><input disabled type="range"><button disabled>Go</button><buttons><select disabled id="a"></select></p>"#
+        );
+        let init = Init::from_json(r#"{"widget":"allocator","uid":"w1","page":"budget"}"#).unwrap();
+        let html = host_html(&init).unwrap();
+        let controls = html.matches("<input").count() + html.matches("<button").count();
+        assert!(controls > 0);
+        assert_eq!(
+            html.matches(" disabled").count(),
+            controls + html.matches("<select").count()
+        );
+    }
 
     #[test]
     fn init_reads_back_what_the_book_writes() {

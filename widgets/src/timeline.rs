@@ -492,8 +492,11 @@ pub fn use_timeline(init: &Init) -> Html {
     } else {
         "middle"
     };
+    // Drawn after the columns' focus targets, so that a focused column's outline does not
+    // cross it.
+    let mut peak_label = String::new();
     text(
-        &mut svg,
+        &mut peak_label,
         "gm-peaklabel gm-halo",
         px,
         (y(top) - 6.0).max(10.0),
@@ -651,6 +654,7 @@ pub fn use_timeline(init: &Init) -> Html {
                 onkeydown={on_key_overview} onmouseover={on_over.clone()} onfocusin={on_focus.clone()}>
                 { Html::from_html_unchecked(svg.into()) }
                 <g class="gm-hits">{ hits }</g>
+                { Html::from_html_unchecked(peak_label.into()) }
             </svg>
             { crate::allocator::key_legend(&legend) }
             <p class="gm-note gm-detail-title">{ format!("Around the peak, op by op (the axis starts at {}):", gib(floor)) }</p>

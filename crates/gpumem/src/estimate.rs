@@ -1042,7 +1042,12 @@ fn rank_step(
     if fsdp {
         if say {
             note(format!(
-                "FSDP2 (fully_shard) over {n} ranks, {} wrapping, {}{}",
+                "{} over {n} ranks, {} wrapping, {}{}",
+                if megatron {
+                    "Megatron-FSDP"
+                } else {
+                    "FSDP2 (fully_shard)"
+                },
                 if f.titan {
                     "torchtitan's"
                 } else {

@@ -104,14 +104,15 @@ pub fn count(key: &str, v: &str) -> Result<u64> {
         .ok_or_else(|| Error::new(key, not_whole(v)))
 }
 
-/// Why `v` is not a whole number, quoting it: "'-3' is negative: give a whole number", "''
-/// is empty: …", "'1.5' is not a whole number".
+/// Why `v` is not a whole number, quoting it: "'-3' is negative: give a whole number",
+/// "'1.5' is not a whole number"; nothing (a number field holds nothing for "abc" too): "a
+/// whole number is needed".
 pub fn not_whole(v: &str) -> String {
     let why = match v.strip_prefix('-') {
         Some(d) if !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()) => {
             "is negative: give a whole number"
         }
-        _ if v.is_empty() => "is empty: give a whole number",
+        _ if v.is_empty() => return "a whole number is needed".into(),
         _ => "is not a whole number",
     };
     format!("'{}' {why}", shown(v))
