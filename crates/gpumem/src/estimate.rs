@@ -538,6 +538,10 @@ struct Shards {
     units: Vec<step::Unit>,
     held: Vec<f64>,
     optim: Vec<f64>,
+    /// `held` and `optim` as a distributed optimizer (ZeRO-1) divides them: each tensor over
+    /// the ranks that hold a replica of it (an expert's over the data-parallel ranks, a dense
+    /// tensor's over those times the expert-parallel ones).
+    dist: Vec<(f64, f64)>,
 }
 
 impl Prepared {
@@ -820,6 +824,7 @@ fn shards(s: &Scenario, pr: &Prepared, key: ShardKey) -> Shards {
         units: Vec::with_capacity(groups.len()),
         held: Vec::with_capacity(groups.len()),
         optim: Vec::with_capacity(groups.len()),
+        dist: Vec::with_capacity(groups.len()),
     };
     for ts in groups {
         let unit = || -> step::Unit {
@@ -843,7 +848,7 @@ fn shards(s: &Scenario, pr: &Prepared, key: ShardKey) -> Shards {
             }
         };
         sh.units.push(unit());
-        let (mut held, mut optim) = (0.0, 0.0);
+        let (mut held, mut optim, mut dist) = (0.0, 0.0, (0.0, 0.0));
         for t in ts {
             let over = t.shard_ranks(n, ep);
             let t = t.local(tp, ep);
@@ -852,11 +857,18 @@ fn shards(s: &Scenario, pr: &Prepared, key: ShardKey) -> Shards {
             } else {
                 (t.dim0, t.rest)
             };
-            held += (rows * cols) as f64;
-            optim += s.optimizer.state_bytes(rows, cols, p.optimizer);
+            let (h, o) = (
+                (rows * cols) as f64,
+                s.optimizer.state_bytes(rows, cols, p.optimizer),
+            );
+            held += h;
+            optim += o;
+            dist.0 += h / over as f64;
+            dist.1 += o / over as f64;
         }
         sh.held.push(held);
         sh.optim.push(optim);
+        sh.dist.push(dist);
     }
     sh
 }
@@ -987,6 +999,14 @@ fn rank_step(
         .enumerate()
         .map(|(g, x)| count(g) as f64 * x)
         .sum();
+    // (master, optimizer states) under a distributed optimizer (ZeRO-1).
+    let dist = || {
+        let (h, o) = sh.dist.iter().enumerate().fold((0.0, 0.0), |a, (g, x)| {
+            let c = count(g) as f64;
+            (a.0 + c * x.0, a.1 + c * x.1)
+        });
+        (p.master.map_or(0.0, |m| h * m.bytes()), o)
+    };
     let mut base = Bytes::default();
     let mut host = 0.0;
     // FSDP2's CPUOffloadPolicy keeps the sharded parameters, their gradients and the
@@ -1074,8 +1094,7 @@ fn rank_step(
         base.add(Cat::Gradients, held * main_grad);
         let mut master = p.master.map_or(0.0, |m| held * m.bytes());
         if par.zero == 1 {
-            optim /= n as f64;
-            master /= n as f64;
+            (master, optim) = dist();
         }
         if par.offload_optimizer {
             host += master + optim;
@@ -1106,8 +1125,7 @@ fn rank_step(
         if par.zero == 1 {
             // ZeroRedundancyOptimizer: the optimizer (and the master copy) sharded over the
             // data-parallel ranks.
-            optim /= n as f64;
-            master /= n as f64;
+            (master, optim) = dist();
             if say {
                 note(format!(
                     "DDP with the optimizer sharded over {n} ranks (ZeroRedundancyOptimizer)"

@@ -330,3 +330,39 @@ fn deepspeed_keeps_the_partition_in_the_parameters_dtype() {
         .as_deref()
         .is_some_and(|r| r.starts_with("precision: ")));
 }
+
+/// A distributed optimizer (ZeRO-1) under expert parallelism: a dense tensor is replicated
+/// on every data-parallel and expert-parallel rank (Megatron-Core's data-parallel group is
+/// both), an expert's on the data-parallel ranks of its expert group, so each is sharded
+/// over all of them, and every rank's share of the states is the whole over dp × ep. Megatron
+/// sharded the dense states over dp alone, where the FSDP path already divided them by
+/// dp × ep.
+#[test]
+fn a_distributed_optimizer_shards_dense_states_over_the_expert_ranks_too() {
+    for fw in ["megatron", "fsdp"] {
+        let e = |ep: u64| {
+            est(
+                json!({"model": "qwen3-30b-a3b", "precision": "mixed-bf16", "seq": 2048,
+                       "parallel": {"dp": 8, "ep": ep, "zero": 1, "framework": fw}}),
+            )
+        };
+        let one = e(1);
+        for ep in [2u64, 8] {
+            let got = e(ep);
+            for (what, a, b) in [
+                (
+                    "optimizer",
+                    got.optimizer_states_bytes,
+                    one.optimizer_states_bytes,
+                ),
+                ("master", got.master_weights_bytes, one.master_weights_bytes),
+            ] {
+                let want = b as f64 / ep as f64;
+                assert!(
+                    (a as f64 - want).abs() / want < 1e-6,
+                    "{fw} ep {ep} {what}: {a} vs {want}"
+                );
+            }
+        }
+    }
+}
