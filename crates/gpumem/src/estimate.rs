@@ -2081,7 +2081,11 @@ fn inference(
     let mut phase = r_phase;
     // Prefill's bytes include the cache; report the cache separately.
     let prefill_peak = r_peak.total();
-    let peak = if s.new_tokens > 0 && decode > prefill_peak {
+    // The first new token comes from the prefill's logits: a forward of decode runs only
+    // from the second on (with one new token, the sliding layers keep the prefill's storage
+    // to the end).
+    let decodes = s.new_tokens > 1;
+    let peak = if decodes && decode > prefill_peak {
         phase = "decode: last token".into();
         at_peak = Bytes::of(Cat::Temporaries, g.decode_extra);
         decode
@@ -2090,7 +2094,7 @@ fn inference(
     };
     tl.push(Point {
         phase: "end of generation".into(),
-        bytes: (weights + kv_decode).round() as u64,
+        bytes: (weights + if decodes { kv_decode } else { kv_prefill }).round() as u64,
     });
     (weights + peak, phase, kv_final, at_peak)
 }
@@ -2103,7 +2107,7 @@ fn inference_recorded(
 ) -> (Stretches, Vec<step::Node>, Vec<(Bytes, crate::mem::Where)>) {
     let g = generation(s, a, true);
     let mut tail = Vec::new();
-    if s.new_tokens > 0 {
+    if s.new_tokens > 1 {
         let mut b = Bytes::of(Cat::Weights, weights);
         b.add(Cat::KvCache, g.kv_decode);
         b.add(Cat::Temporaries, g.decode_extra);
