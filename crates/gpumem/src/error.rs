@@ -43,9 +43,8 @@ pub fn json_fault(e: &serde_json::Error) -> String {
         return e.to_string();
     }
     match e.classify() {
-        Category::Eof => "the text ends before the JSON does",
-        Category::Data => "a number out of range, or nesting too deep",
-        Category::Syntax | Category::Io => "a character where JSON cannot have one",
+        Category::Eof => "it ends too soon",
+        _ => "an unexpected character or number",
     }
     .into()
 }

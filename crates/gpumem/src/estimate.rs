@@ -1462,7 +1462,10 @@ impl DpStates {
             (Framework::DeepSpeed, _) => {
                 let p = &s.precision;
                 let bf16 = crate::dtype::DType::Bf16;
-                let low = match (p.master, p.weights == bf16, p.optimizer == bf16) {
+                let low = match (p.master, p.weights.bytes() == 2.0, p.optimizer == bf16) {
+                    (None, true, _) if zero == 0 => {
+                        ", fp32 master weights and states (its FP16_Optimizer)"
+                    }
                     (None, true, true) => ", bf16 master weights and states (bf16_master_weights_and_grads, bf16_optimizer_states)",
                     (None, true, false) => ", bf16 master weights (bf16_master_weights_and_grads)",
                     _ => "",
@@ -1522,6 +1525,16 @@ impl DpStates {
                 let p = &s.precision;
                 let fp32_grads = match p.master {
                     Some(m) => shard(zero >= 1, trainable * m.bytes()),
+                    // Without ZeRO, DeepSpeed trains 16-bit weights through its FP16_Optimizer
+                    // (fp16/fused_optimizer.py): fp32 master weights, their fp32 gradients and
+                    // fp32 states, whatever the precision asks.
+                    None if zero == 0 && p.weights.bytes() == 2.0 => {
+                        d.master = trainable * 4.0;
+                        if !s.optimizer.eight_bit() {
+                            d.optim *= 4.0 / p.optimizer.bytes();
+                        }
+                        trainable * 4.0
+                    }
                     // Without a separate master dtype, ZeRO's partition of the parameters
                     // the optimizer updates is kept in their own dtype (16-bit training:
                     // `bf16_master_weights_and_grads`; `master_weights_and_grads_dtype`):

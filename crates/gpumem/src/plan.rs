@@ -88,29 +88,6 @@ pub fn unfix(scenario: &mut Value) {
     }
 }
 
-/// `v` as a scenario, at its ZeRO stage; where it gives none (the sweep chooses it), at the
-/// first stage the engine accepts: DeepSpeed trains pure bf16 only under ZeRO, and a request
-/// for it is not refused for the stage 0 a scenario defaults to.
-fn any_stage(v: &Value) -> Result<Scenario> {
-    let mut s = Scenario::unchecked(v)?;
-    let given = v
-        .get("parallel")
-        .is_some_and(|p| p.get("zero").is_some() || p.get("fsdp").is_some());
-    let first = s.check();
-    match first {
-        Err(e) if !given => {
-            for z in 1..=3 {
-                s.parallel.zero = z;
-                if s.check().is_ok() {
-                    return Ok(s);
-                }
-            }
-            Err(e)
-        }
-        r => r.map(|()| s),
-    }
-}
-
 /// Layout choices a request fixes instead of leaving them to the sweep.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Fixed {
@@ -268,7 +245,7 @@ impl Request {
         }
         // The whole scenario as given, checked by the engine (so a constraint no layout could
         // meet, such as tp 3 for 32 heads, is named here).
-        let given = any_stage(&Value::Object(scenario.clone()))?;
+        let given = Scenario::from_value(&Value::Object(scenario.clone()))?;
         let mut fixed = Fixed {
             micro_batch: o.get("batch").map(|_| given.batch),
             recompute: o.get("recompute").map(|_| given.recompute),
@@ -307,7 +284,7 @@ impl Request {
         }
         let mut source = Value::Object(scenario);
         unfix(&mut source);
-        let scenario = any_stage(&source)?;
+        let scenario = Scenario::from_value(&source)?;
         if !matches!(scenario.model, Model::Arch { .. }) {
             return Err(Error::new(
                 "model",
@@ -502,7 +479,8 @@ fn divisors(n: u64) -> Vec<u64> {
 pub fn plan(req: &Request) -> Plan {
     let s = &req.scenario;
     let Model::Arch { name, arch: a } = &s.model else {
-        unreachable!("checked by Request::from_value")
+        // Checked by Request::from_value.
+        unreachable!()
     };
     let spec = gpu::find(&s.gpu_name).unwrap_or_else(|| gpu::find("H100-80GB").expect("H100"));
     let base = unvaried(s);

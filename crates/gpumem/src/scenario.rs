@@ -350,13 +350,6 @@ impl Scenario {
     }
 
     pub fn from_value(v: &Value) -> Result<Scenario> {
-        let s = Scenario::unchecked(v)?;
-        s.check()?;
-        Ok(s)
-    }
-
-    /// `v` read field by field, before the checks across fields ([`Scenario::check`]).
-    pub(crate) fn unchecked(v: &Value) -> Result<Scenario> {
         let o = Obj::new(v, "").map_err(|_| Error::new("scenario", "must be a JSON object"))?;
         o.only(&[
             "model",
@@ -522,6 +515,7 @@ impl Scenario {
             capacity_bytes,
             allocator,
         };
+        s.check()?;
         Ok(s)
     }
 
@@ -716,23 +710,20 @@ impl Scenario {
         }
         // DeepSpeed keeps 16-bit training's master weights in the parameters' dtype only
         // through ZeRO's `bf16_master_weights_and_grads` (with `bf16_optimizer_states`, on
-        // the GPU); without ZeRO its FP16_Optimizer keeps fp32 ones, and an fp16 master
-        // needs the CPU optimizer (deepspeed/runtime/base_optimizer.py,
-        // `_configure_master_weights`; fp16/fused_optimizer.py).
+        // the GPU); an fp16 master needs the CPU optimizer (deepspeed/runtime/base_optimizer.py,
+        // `_configure_master_weights`). (Without ZeRO its FP16_Optimizer keeps fp32 masters,
+        // which `DpStates` counts.)
         let w = self.precision.weights;
         if self.mode == Mode::Train
             && p.framework == Framework::DeepSpeed
+            && p.zero > 0
             && self.precision.master.is_none()
             && matches!(w, DType::Bf16 | DType::F16)
         {
-            if p.zero == 0 || w == DType::F16 {
+            if w == DType::F16 {
                 return Err(Error::new(
                     "precision",
-                    format!(
-                        "DeepSpeed keeps fp32 master weights for {} training {}: use a precision with an fp32 master (mixed-bf16)",
-                        w.name(),
-                        if p.zero == 0 { "without ZeRO (its FP16_Optimizer)" } else { "(an fp16 master needs its CPU optimizer)" }
-                    ),
+                    "DeepSpeed keeps fp16 master weights under ZeRO only with its CPU optimizer (fp16_master_weights_and_grads): give the precision an fp32 master",
                 ));
             }
             let float_states =

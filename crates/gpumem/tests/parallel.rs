@@ -263,9 +263,9 @@ fn the_notes_name_the_layouts_framework() {
 /// layer: pure bf16 ZeRO-1 4Ψ + (2 + 2 + 4)Ψ/N, ZeRO-2 2Ψ + (2 + 2 + 2 + 4)Ψ/N (its
 /// 16-bit gradients sharded too) and ZeRO-3 4L + (2 + 2 + 4)Ψ/N; fp32 ZeRO-1
 /// 8Ψ + (4 + 4 + 8)Ψ/N, ZeRO-2 4Ψ + (4 + 4 + 4 + 8)Ψ/N and ZeRO-3 8L + (4 + 4 + 8)Ψ/N. Without ZeRO, DeepSpeed's
-/// FP16_Optimizer keeps fp32 masters (fp16/fused_optimizer.py), and an fp16 master needs the
-/// CPU optimizer (base_optimizer.py, `_configure_master_weights`): both refused, naming
-/// the precision.
+/// FP16_Optimizer keeps fp32 masters, gradients and states (fp16/fused_optimizer.py),
+/// counted so; an fp16 master under ZeRO needs the CPU optimizer (base_optimizer.py,
+/// `_configure_master_weights`): refused, naming the precision.
 #[test]
 fn deepspeed_keeps_the_partition_in_the_parameters_dtype() {
     let (psi, largest) = (8_030_261_248f64, 128_256f64 * 4096.0);
@@ -300,12 +300,23 @@ fn deepspeed_keeps_the_partition_in_the_parameters_dtype() {
         "{}",
         off.host_bytes
     );
-    for (precision, zero) in [("bf16", 0), ("fp16", 0), ("fp16", 2), ("fp16", 3)] {
+    for (precision, zero) in [("fp16", 1), ("fp16", 2), ("fp16", 3)] {
         let v = s(precision, zero, "none");
         let err = Scenario::from_value(&v).unwrap_err();
         assert_eq!(err.field, "precision", "{v}");
         assert!(err.message.contains("fp32 master"), "{}", err.message);
     }
+    // Without ZeRO, its FP16_Optimizer keeps fp32 masters, gradients and states: 16-bit
+    // training is mixed precision there (20Ψ, as DeepSpeed's mixed-bf16), and says so.
+    for precision in ["bf16", "fp16"] {
+        let e = check(s(precision, 0, "none"), 20.0 * psi);
+        assert!(
+            e.notes.iter().any(|t| t.contains("FP16_Optimizer")),
+            "{:?}",
+            e.notes
+        );
+    }
+    check(s("mixed-bf16", 0, "none"), 20.0 * psi);
     // fp32 states beside a bf16 master only on the CPU.
     let custom = |offload: &str| {
         json!({"model": "llama3.1-8b", "precision": {"weights": "bf16", "optimizer": "fp32"},
@@ -316,19 +327,18 @@ fn deepspeed_keeps_the_partition_in_the_parameters_dtype() {
         "precision"
     );
     est(custom("optimizer"));
-    // The planner chooses the stage: a pure-bf16 DeepSpeed request plans ZeRO 1-3.
+    // The planner plans a pure-bf16 DeepSpeed request over every stage.
     let p = gpumem::plan::plan(
         &gpumem::plan::Request::from_value(
             &json!({"model": "llama3.2-1b", "gpus": 8, "global_batch": 8, "precision": "bf16",
-            "parallel": {"framework": "deepspeed"}}),
+            "parallel": {"framework": "deepspeed"}, "top": 100}),
         )
         .unwrap(),
     );
-    assert!(!p.best.is_empty() && p.best.iter().all(|c| c.layout.zero >= 1));
-    assert!(p
-        .refused
-        .as_deref()
-        .is_some_and(|r| r.starts_with("precision: ")));
+    let mut stages: Vec<u8> = p.best.iter().map(|c| c.layout.zero).collect();
+    stages.sort_unstable();
+    stages.dedup();
+    assert_eq!(stages, [0, 1, 2, 3]);
 }
 
 /// A distributed optimizer (ZeRO-1) under expert parallelism: a dense tensor is replicated
