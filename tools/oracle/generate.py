@@ -130,6 +130,16 @@ def main():
     import transformers.masking_utils as _mu
     _mu.is_tracing = lambda *x, **k: False
     _mu.find_packed_sequence_indices = lambda *x, **k: None
+    # Two checks generate() makes on data, which fake tensors do not hold, answered from what
+    # is known: the attention mask is all ones (SDPA then runs causal without a mask, as it
+    # would on the device), and with min_new_tokens = max_new_tokens and no EOS the loop stops
+    # at prompt + new tokens.
+    _mu.fast_all = lambda t: True
+    import transformers.generation.utils as _gu
+    stop_at = a.prompt + a.new_tokens
+    for cls in [_gu.StopCheck] + [c for c in vars(_gu).values()
+                                  if isinstance(c, type) and issubclass(c, _gu.StopCheck)]:
+        cls.__call__ = lambda self, unfinished, tokens, length: length >= stop_at
     fake = FakeTensorMode(allow_non_fake_inputs=True)
     cfg, d = config(a)
     tr = LiveTracker(round_to=512, device_type="cpu", fake_mode=fake)
