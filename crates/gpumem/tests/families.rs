@@ -128,7 +128,11 @@ fn generation_ends_holding_what_the_oracle_holds() {
         let peak = x["peak_generate"].as_f64().unwrap();
         let err = (e.peak_bytes as f64 - ws) / peak - 1.0;
         assert!(err.abs() <= 0.01, "{name}: peak {:+.2}%", err * 100.0);
-        assert_eq!(e.kv_cache_bytes, x["kv_cache_bytes"].as_u64().unwrap(), "{name}");
+        assert_eq!(
+            e.kv_cache_bytes,
+            x["kv_cache_bytes"].as_u64().unwrap(),
+            "{name}"
+        );
         // The end less the weights: the cache held, and the output's token ids (int64,
         // prompt and new tokens, rounded to 512 bytes).
         let held = x["mem_end"].as_f64().unwrap() - x["mem_after_model"].as_f64().unwrap();
