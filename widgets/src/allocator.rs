@@ -52,10 +52,9 @@ pub fn bar(slices: &[Slice], by_slice: bool, total: f64, cap: f64) -> Html {
     }
 }
 
-/// The legend: a swatch, a name and a size per slice, the sizes adding up to `total` as
-/// displayed; empty slices only when in `always`.
-pub fn legend(slices: &[Slice], always: &[&str], total: f64) -> Html {
-    let sum = Sum::of(total);
+/// The legend: a swatch, a name and a size per slice, at `sum`'s rounding (the total's
+/// shown with it: [`sum_of`]); empty slices only when in `always`.
+pub fn legend(slices: &[Slice], always: &[&str], sum: Sum) -> Html {
     let shown: Vec<(&Slice, String)> = slices
         .iter()
         .zip(sum.texts(&slices.iter().map(|s| s.bytes).collect::<Vec<_>>()))
@@ -72,6 +71,12 @@ pub fn legend(slices: &[Slice], always: &[&str], total: f64) -> Html {
             }) }
         </ul>
     }
+}
+
+/// The rounding at which `slices` add up to `total` as shown ([`Sum::for_parts`]): a
+/// legend's and its total's (15.0 + 29.9 + … had read 77.1 against a total of 77.2).
+pub fn sum_of(slices: &[Slice], total: f64) -> Sum {
+    Sum::for_parts(&slices.iter().map(|s| s.bytes).collect::<Vec<_>>(), total)
 }
 
 /// A legend of names only (a sweep's), for the parts in `keys`.
@@ -387,7 +392,9 @@ pub fn use_allocator(init: &Init) -> Html {
             let total = est.device_bytes as f64;
             let cap = est.capacity_bytes as f64;
             let sum = Sum::of(total.max(cap));
-            let (total_text, cap_text) = (Sum::of(total).gib(total), gib(cap));
+            let slices = parts::of_estimate(&est);
+            let parts_sum = sum_of(&slices, total);
+            let (total_text, cap_text) = (parts_sum.gib(total), gib(cap));
             let gap = sum.show((sum.units(cap) - sum.units(total)).abs());
             let verdict = if est.fits {
                 format!("{gap} headroom")
@@ -405,8 +412,8 @@ pub fn use_allocator(init: &Init) -> Html {
                     format!("does not fit, {verdict}")
                 }
             );
-            let slices = parts::of_estimate(&est);
-            let legend = show_breakdown.then(|| legend(&slices, parts::always_listed(&est), total));
+            let legend =
+                show_breakdown.then(|| legend(&slices, parts::always_listed(&est), parts_sum));
             let grads_later = !inference
                 && est.gradients_bytes > 0
                 && est.components.get("gradients").copied().unwrap_or(0) == 0;

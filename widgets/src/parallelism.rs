@@ -540,6 +540,8 @@ pub fn use_parallelism(init: &Init) -> Html {
         if over { "does not fit" } else { "fits" }
     );
     let (dev, cap) = (e.device_bytes as f64, e.capacity_bytes as f64);
+    let dev_parts = parts::of_estimate(&e);
+    let dev_sum = crate::allocator::sum_of(&dev_parts, dev);
     let gap = Sum::of(dev.max(cap));
     let gap = gap.show((gap.units(cap) - gap.units(dev)).abs());
     let paste_note = match &*paste {
@@ -592,12 +594,12 @@ pub fn use_parallelism(init: &Init) -> Html {
                 </fieldset>
             </div>
             { refused }
-            { verdict_p(!over, if over { format!("✗ {} per GPU{worst}: exceeds {} on {} by {gap}", Sum::of(dev).gib(dev), gib(cap), e.gpu) }
-                  else { format!("✓ {} per GPU{worst}, {gap} headroom", Sum::of(dev).gib(dev)) }, false) }
+            { verdict_p(!over, if over { format!("✗ {} per GPU{worst}: exceeds {} on {} by {gap}", dev_sum.gib(dev), gib(cap), e.gpu) }
+                  else { format!("✓ {} per GPU{worst}, {gap} headroom", dev_sum.gib(dev)) }, false) }
             <svg class="gm-chart" ref={svg_ref} viewBox={format!("0 0 {} {}", n(w), n(H))} role="img" aria-labelledby={summary_id.clone()}>
                 { stage_chart(&e, w) }
             </svg>
-            { legend(&parts::of_estimate(&e), &[], dev) }
+            { legend(&dev_parts, &[], dev_sum) }
             <p class="gm-sr" id={summary_id} aria-live="polite">{ summary }</p>
             // In a box of their own: a note more or less must not make the controls above new
             // elements (Yew matches unkeyed children from the end), which would take the focus

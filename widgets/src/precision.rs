@@ -237,6 +237,7 @@ pub fn use_precision(init: &Init) -> Html {
         .collect();
     let slices = parts::of_estimate(&e);
     let (total, cap) = (e.device_bytes as f64, e.capacity_bytes as f64);
+    let parts_sum = crate::allocator::sum_of(&slices, total);
     let gap = Sum::of(total.max(cap));
     let gap = gap.show((gap.units(cap) - gap.units(total)).abs());
     let recipe_name = RECIPES
@@ -276,13 +277,13 @@ pub fn use_precision(init: &Init) -> Html {
             { refused }
             <p class="gm-total">
                 <span class="gm-label">{ "Peak" }</span>
-                <strong class="gm-big" data-value="total">{ Sum::of(total).gib(total) }</strong>
+                <strong class="gm-big" data-value="total">{ parts_sum.gib(total) }</strong>
                 <span class="gm-of">{ format!("of {} on {}", gib(cap), e.gpu) }</span>
             </p>
             { bar(&slices, true, total, cap) }
             { verdict_p(e.fits, if e.fits { format!("✓ {gap} headroom") }
                   else { format!("✗ exceeds {} by {gap}", e.gpu) }, false) }
-            { legend(&slices, parts::always_listed(&e), total) }
+            { legend(&slices, parts::always_listed(&e), parts_sum) }
             <p class="gm-sr" id={summary_id} aria-live="polite">{ summary }</p>
         </figure>
     }
