@@ -185,9 +185,16 @@ def main():
                 out = model(input_ids=ids, use_cache=True, logits_to_keep=1)  # all-ones mask == no mask
                 rec["mode"] = "prefill"
               else:
+                # No pad or EOS token (measure.py gave pad 0; a config's defaults may name an
+                # EOS, which generate() then takes for padding): with one, generate() looks
+                # for right padding in the data, which fake tensors do not hold. Nothing is
+                # padded here (min_new_tokens = max_new_tokens: every sequence runs to the
+                # end), so memory is the same.
+                model.generation_config.eos_token_id = None
+                model.generation_config.pad_token_id = None
                 out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=a.new_tokens,
                                      min_new_tokens=a.new_tokens, do_sample=False,
-                                     return_dict_in_generate=True, pad_token_id=0)
+                                     return_dict_in_generate=True, pad_token_id=None)
             rec["peak_generate"] = tr.peak
             rec["peak_where"] = tr.peak_where
             rec["peak_labels"] = dict(sorted(((k, v) for k, v in tr.peak_by_label.items() if v),

@@ -106,12 +106,15 @@ fn moe_prefill_peak_matches_the_oracle() {
     }
 }
 
-/// generate() run whole on the oracle (Gemma 3's 1B cut to six layers, five of them with a
-/// sliding window of 512, a prompt of 2,048): the peak, and what the run holds at its end
-/// beside the weights. With one new token no decode step runs (the prefill's logits give it),
-/// and a sliding layer's cache still holds the whole prompt's keys and values under its view
-/// of the window: 12.6 MB, where from the second token on it holds its window, 4.7 MB. The
-/// oracle runs on a CPU: no cuBLAS workspace, which the engine's figures carry.
+/// generate() run whole on the oracle: the peak, and what the run holds at its end beside
+/// the weights. Gemma 3's 1B cut to six layers (five with a sliding window of 512), a prompt
+/// of 2,048: with one new token no decode step runs (the prefill's logits give it), and a
+/// sliding layer's cache still holds the whole prompt's keys and values under its view of
+/// the window, 12.6 MB, where from the second token on it holds its window, 4.7 MB. Llama
+/// 3.2 1B at batch 64: a prompt of 128 and 64 new tokens (the peak in the prefill), and a
+/// prompt of 16 and 256 new tokens (the peak at the last decode step, its cache, a layer's
+/// keys or values being concatenated and the last logits). The oracle runs on a CPU: no
+/// cuBLAS workspace, which the engine's figures carry.
 #[test]
 fn generation_ends_holding_what_the_oracle_holds() {
     let mut n = 0;
@@ -145,5 +148,5 @@ fn generation_ends_holding_what_the_oracle_holds() {
             "{name}: the end holds {ours} + {ids} where the oracle holds {held}"
         );
     }
-    assert!(n >= 3);
+    assert!(n >= 5);
 }
