@@ -188,8 +188,10 @@ def main():
                 # No pad or EOS token (measure.py gave pad 0; a config's defaults may name an
                 # EOS, which generate() then takes for padding): with one, generate() looks
                 # for right padding in the data, which fake tensors do not hold. Nothing is
-                # padded here (min_new_tokens = max_new_tokens: every sequence runs to the
-                # end), so memory is the same.
+                # padded here (every sequence runs to the end). Without an EOS, min_new_tokens
+                # adds no logits processor: with one it adds MinNewTokensLengthLogitsProcessor,
+                # a copy of each step's fp32 scores (batch × vocab × 4 bytes), which these
+                # runs do not have.
                 model.generation_config.eos_token_id = None
                 model.generation_config.pad_token_id = None
                 out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=a.new_tokens,
