@@ -2056,16 +2056,19 @@ fn generation(s: &Scenario, a: &Architecture, record: bool) -> Generation {
             }
         }
     }
-    // Decode: the cache grows by concatenation (a layer's keys or values exist twice for a
-    // moment), plus one token's activations and fp32 logits.
+    // Decode's last step: the cache grows by concatenation (a layer's keys or values exist
+    // twice for a moment) during the forward, and after it come the last position's logits
+    // and their fp32 copy (`next_token_logits`); the step before's copy is alive throughout,
+    // until the loop reassigns it (the oracle's generate(): tests/data/oracle/generate.jsonl).
     let per_layer = kv_len * per_token / 2.0;
+    let scores = b * a.vocab as f64 * 4.0;
     Generation {
         prefill: seg,
         nodes,
         kv_prefill,
         kv_decode,
         kv_final,
-        decode_extra: per_layer + b * (a.vocab as f64) * (c + 4.0),
+        decode_extra: scores + per_layer.max(b * (a.vocab as f64) * c + scores),
         st,
     }
 }
