@@ -135,6 +135,8 @@ def main():
     # would on the device), and with min_new_tokens = max_new_tokens and no EOS the loop stops
     # at prompt + new tokens.
     _mu.fast_all = lambda t: True
+    # (Linear-attention layers ask the same of their own mask, and skip it when all ones.)
+    _mu.create_recurrent_attention_mask = lambda *x, **k: None
     import transformers.generation.utils as _gu
     stop_at = a.prompt + a.new_tokens
     for cls in [_gu.StopCheck] + [c for c in vars(_gu).values()
@@ -203,7 +205,8 @@ def main():
                                              key=lambda kv: -kv[1])[:25])
             kv = out.past_key_values
             rec["kv_cache_bytes"] = sum(t.numel() * t.element_size() for layer in kv.layers
-                                        for t in (layer.keys, layer.values) if isinstance(t, torch.Tensor))
+                                        for t in (getattr(layer, "keys", None), getattr(layer, "values", None))
+                                        if isinstance(t, torch.Tensor))
             allst = 0
             for layer in kv.layers:
                 for k, v in vars(layer).items():
