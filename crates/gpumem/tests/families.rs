@@ -113,7 +113,9 @@ fn moe_prefill_peak_matches_the_oracle() {
 /// the window, 12.6 MB, where from the second token on it holds its window, 4.7 MB. Llama
 /// 3.2 1B at batch 64: a prompt of 128 and 64 new tokens (the peak in the prefill), and a
 /// prompt of 16 and 256 new tokens (the peak at the last decode step, its cache, a layer's
-/// keys or values being concatenated and the last logits). The oracle runs on a CPU: no
+/// keys or values being concatenated and the last logits). Qwen3-Next cut to four layers
+/// (three of linear attention): under no_grad the chunked delta rule's locals live until
+/// its scan ends (the prefill was 9.8 % low without them). The oracle runs on a CPU: no
 /// cuBLAS workspace, which the engine's figures carry.
 #[test]
 fn generation_ends_holding_what_the_oracle_holds() {
@@ -131,11 +133,9 @@ fn generation_ends_holding_what_the_oracle_holds() {
         let peak = x["peak_generate"].as_f64().unwrap();
         let err = (e.peak_bytes as f64 - ws) / peak - 1.0;
         assert!(err.abs() <= 0.01, "{name}: peak {:+.2}%", err * 100.0);
-        assert_eq!(
-            e.kv_cache_bytes,
-            x["kv_cache_bytes"].as_u64().unwrap(),
-            "{name}"
-        );
+        if let Some(kv) = x["kv_cache_bytes"].as_u64() {
+            assert_eq!(e.kv_cache_bytes, kv, "{name}");
+        }
         // The end less the weights: the cache held, and the output's token ids (int64,
         // prompt and new tokens, rounded to 512 bytes).
         let held = x["mem_end"].as_f64().unwrap() - x["mem_after_model"].as_f64().unwrap();
@@ -148,5 +148,5 @@ fn generation_ends_holding_what_the_oracle_holds() {
             "{name}: the end holds {ours} + {ids} where the oracle holds {held}"
         );
     }
-    assert!(n >= 5);
+    assert!(n >= 7);
 }
