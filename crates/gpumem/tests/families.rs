@@ -113,7 +113,9 @@ fn moe_prefill_peak_matches_the_oracle() {
 /// the window, 12.6 MB, where from the second token on it holds its window, 4.7 MB. Llama
 /// 3.2 1B at batch 64: a prompt of 128 and 64 new tokens (the peak in the prefill), and a
 /// prompt of 16 and 256 new tokens (the peak at the last decode step, its cache, a layer's
-/// keys or values being concatenated and the last logits). Qwen3-Next cut to four layers
+/// keys or values being concatenated and the last logits), and Qwen2.5 0.5B decoding the same
+/// way (batch 32, prompt 16, 128 new tokens: a second model for the decode term, recorded
+/// after it was written from Llama's). Qwen3-Next cut to four layers
 /// (three of linear attention): under no_grad the chunked delta rule's locals live until
 /// its scan ends (the prefill was 9.8 % low without them). The oracle runs on a CPU: no
 /// cuBLAS workspace, which the engine's figures carry.
@@ -148,5 +150,5 @@ fn generation_ends_holding_what_the_oracle_holds() {
             "{name}: the end holds {ours} + {ids} where the oracle holds {held}"
         );
     }
-    assert!(n >= 7);
+    assert!(n >= 8);
 }
