@@ -1466,13 +1466,11 @@ impl<'c, 'a> Builder<'c, 'a> {
             link
         } else {
             // Under no_grad nothing is saved, but the function's locals live until the scan
-            // over chunks ends: the padded queries, keys and values (the first two decayed in
-            // place of themselves), k_beta and v_beta, three chunk-square tensors (the
-            // pairwise decay, the UT system, the intra-chunk attention), the decayed k_beta,
-            // the solved values and keys, and the output buffer (the oracle's generate():
-            // the prefill 9.8 % low without them).
-            // (By kind: k_beta, the decayed k_beta and the solved keys; the three
-            // chunk-square ones; v_beta and the solved values; then the output buffer.)
+            // over chunks ends (the oracle's generate(): the prefill 9.8 % low without them).
+            // Beside the padded queries, keys and values, by kind: k_beta, the decayed k_beta
+            // and the solved keys; three chunk-square tensors (the pairwise decay, the UT
+            // system, the intra-chunk attention); v_beta and the solved values; then the
+            // output buffer.
             let (kt, vt) = (tpad * nv * dk, tpad * nv * dv);
             let ks = self.op(&[kp, g32], 3.0 * kt, f32, &[]);
             let cs = self.op(&[qp, ks], 3.0 * cc, f32, &[]);
