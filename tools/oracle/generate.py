@@ -60,6 +60,8 @@ def parse():
     p.add_argument("--new-tokens", type=int, default=16)
     p.add_argument("--attn", default="sdpa")
     p.add_argument("--trace-moe", action="store_true")
+    p.add_argument("--peak-tensors", action="store_true",
+                   help="also list the storages alive at the peak: bytes, count, creating op, shape")
     p.add_argument("--prefill-only", action="store_true",
                    help="one forward with use_cache=True, logits_to_keep=1 (generate's prefill) instead of "
                         "model.generate: generate() itself branches on data (.item() on the attention mask, "
@@ -145,6 +147,8 @@ def main():
     fake = FakeTensorMode(allow_non_fake_inputs=True)
     cfg, d = config(a)
     tr = LiveTracker(round_to=512, device_type="cpu", fake_mode=fake)
+    if a.peak_tensors:
+        tr.keep_shapes = tr.snapshot = True
     t0 = time.time()
     rec = {"kind": "generate", "model": a.measure_model or os.path.basename(a.hf_config), "batch": a.batch,
            "seq": a.prompt, "new_tokens": a.new_tokens, "attn": a.attn}
@@ -226,6 +230,8 @@ def main():
         rec["moe_trace_first_block"] = first
         rec["moe_allocs"] = blocks.get(first, [])
         rec["moe_blocks"] = moe.events
+    if a.peak_tensors:
+        rec["peak_tensors"] = tr.peak_tensors
     rec["torch"] = torch.__version__
     rec["transformers"] = transformers.__version__
     rec["machine"] = f"{platform.machine()} CPU, FakeTensorMode (no GPU); tracker rounds to 512 B"

@@ -344,7 +344,23 @@ impl<'c, 'a> Builder<'c, 'a> {
 
     /// `softmax` over attention scores. Its CUDA backward first forms `grad * output`, a
     /// temporary the size of the scores (ATen `softmax_backward_cuda_out`).
+    ///
+    /// Into fp32 from a 16-bit `x`, the kernel reads an fp32 copy of `x`, made first and
+    /// freed once the output is written: ATen's `softmax(x, dim, dtype)` fuses the upcast
+    /// for fp16 on CUDA only (`half_to_float`), and bf16 takes `x.toType(dtype)`; under
+    /// autocast, whose fp32 policy lists softmax, either half is cast before the call.
     fn softmax(&mut self, x: Tid, elems: f64, d: DType) -> Tid {
+        let copy = d == DType::F32
+            && match self.d(x) {
+                DType::Bf16 => true,
+                DType::F16 => self.ctx.autocast,
+                _ => false,
+            };
+        let x = if copy {
+            self.op(&[x], elems, d, &[])
+        } else {
+            x
+        };
         self.op_saving_output_tmp(&[x], elems, d, Cat::Activations, elems * d.bytes())
     }
 
@@ -1095,6 +1111,7 @@ impl<'c, 'a> Builder<'c, 'a> {
             scaled = self.op(&[th], scores, c, &[]);
         }
         let masked = self.op(&[scaled], scores, c, &[]);
+        let mut held = None;
         let p = match a.family {
             // GPT-2: softmax in the compute dtype (fp32 under autocast), then `.type(v.dtype)`.
             Family::Gpt2 => {
@@ -1104,22 +1121,38 @@ impl<'c, 'a> Builder<'c, 'a> {
             }
             // gpt-oss: the sinks are a last column of the scores; the row max is subtracted
             // and the softmax runs in the scores' dtype (its output, sinks included, is kept).
+            // The masked scores stay bound to `attn_weights` until the probabilities are,
+            // and the shifted logits to `combined_logits` until the function returns.
             _ if a.sinks => {
                 let wide = b * hq * s * (s + 1.0);
                 let cat = self.op(&[masked], wide, c, &[]);
                 let max = self.op(&[cat], b * hq * s * 2.0, c, &[]);
                 let sub = self.op(&[cat, max], wide, c, &[]);
-                self.softmax(sub, wide, c)
+                let p = self.softmax(sub, wide, c);
+                self.tape.touch(&[masked]);
+                held = Some(sub);
+                p
             }
-            // Llama & co: `softmax(dtype=float32).to(query.dtype)`.
+            // Llama & co: `attn_weights = softmax(attn_weights, dtype=float32).to(query.dtype)`
+            // rebinds the masked scores only once the cast is made.
             _ => {
                 let p32 = self.softmax(masked, scores, DType::F32);
-                self.cast(p32, scores, c)
+                let p = self.cast(p32, scores, c);
+                self.tape.touch(&[masked]);
+                p
             }
         };
         let pd = self.dropout(p, scores, p_drop);
         let o = self.op(&[pd, vr], out_elems, c, &[pd, vr]);
-        self.op(&[o], out_elems, c, &[])
+        let o = self.op(&[o], out_elems, c, &[]);
+        // `repeat_kv`'s copies are locals of the attention function until it returns.
+        if kr != k {
+            self.tape.touch(&[kr, vr]);
+        }
+        if let Some(h) = held {
+            self.tape.touch(&[h]);
+        }
+        o
     }
 
     /// The layer's token mixer over `y` (its normed input, whole under tensor parallelism);
@@ -1993,15 +2026,16 @@ impl<'c, 'a> Builder<'c, 'a> {
             self.tape.hold_local(pos);
             self.locals_hold += self.tape.bytes(pos);
             let sum = self.add(e, pos, t * h);
-            self.causal_mask(ed);
+            self.model_locals(ed);
             self.dropout(sum, t * h, a.dropout.embd)
         } else if matches!(a.family, Family::Gemma2 | Family::Gemma3 | Family::Granite) {
             // Gemma scales the embeddings by sqrt(hidden), Granite by its multiplier: a new
             // tensor (Gemma's model keeps `inputs_embeds` referenced through the forward).
             let scaled = self.op(&[e], t * h, ed, &[]);
+            self.model_locals(ed);
             self.dropout(scaled, t * h, a.dropout.embd)
         } else {
-            self.causal_mask(ed);
+            self.model_locals(ed);
             self.dropout(e, t * h, a.dropout.embd)
         };
         // A vocabulary-parallel embedding's output is a partial sum over the ranks.
@@ -2010,20 +2044,57 @@ impl<'c, 'a> Builder<'c, 'a> {
         out
     }
 
-    /// Eager attention's mask, which the model makes once before its layers and holds until
-    /// its forward returns (transformers' `create_causal_mask`: a boolean `[1, 1, s, s]`, then
-    /// `where` into the embeddings' dtype for every sequence of the batch). Training only:
-    /// generation's masks are not modelled here.
-    fn causal_mask(&mut self, d: DType) {
+    /// What the model's forward makes once before its layers and holds in locals until it
+    /// returns: the rotary tables and the attention masks.
+    ///
+    /// - RoPE's `cos` and `sin` (`position_embeddings`), `[b, s, rope_dim]` each in the
+    ///   hidden states' dtype: gpt-oss's are half as wide (not concatenated), Llama 4's one
+    ///   complex64 table `[b, s, rope_dim / 2]`, Gemma 3 has a second pair for its sliding
+    ///   layers. In training every rotation also saves them, until the first layer's
+    ///   backward; they are counted through the forward only (a few MB at most, beside
+    ///   the saved activations of every layer).
+    /// - One mask per kind of attention layer (`create_causal_mask`, and the sliding-window
+    ///   and chunked variants), `[b, 1, s, s]`: eager attention's in the embeddings' dtype
+    ///   (`where` over a boolean one), always; SDPA's boolean, only where the window or chunk
+    ///   is reached (a causal mask without padding is `is_causal` instead).
+    fn model_locals(&mut self, d: DType) {
         let ctx = self.ctx;
-        if !ctx.train || ctx.attention != Attention::Eager {
-            return;
+        let a = ctx.arch;
+        let (b, s) = (ctx.batch, ctx.seq);
+        let kinds = a.kinds();
+        if a.rope_dim > 0 && kinds.iter().any(|k| !k.nope && k.attn != AttnType::Linear) {
+            let r = a.rope_dim as f64;
+            let tables: &[f64] = match a.family {
+                Family::GptOss => &[r / 2.0, r / 2.0],
+                Family::Llama4 => &[r / 2.0 * 4.0],
+                Family::Gemma3 if kinds.iter().any(|k| k.attn == AttnType::Sliding) => {
+                    &[r, r, r, r]
+                }
+                _ => &[r, r],
+            };
+            for &w in tables {
+                let t = self.op(&[], b * s * w, d, &[]);
+                self.tape.hold_local(t);
+                self.locals_hold += self.tape.bytes(t);
+            }
         }
-        let s = ctx.seq;
-        let causal = self.op(&[], s * s, DType::I8, &[]);
-        let mask = self.op(&[causal], ctx.batch * s * s, d, &[]);
-        self.tape.hold_local(mask);
-        self.locals_hold += self.tape.bytes(mask);
+        let mut made: Vec<AttnType> = Vec::new();
+        for k in kinds {
+            if k.attn == AttnType::Linear || made.contains(&k.attn) {
+                continue;
+            }
+            made.push(k.attn);
+            let mask = match ctx.attention {
+                Attention::Eager => {
+                    let allowed = self.op(&[], b * s * s, DType::I8, &[]);
+                    self.op(&[allowed], b * s * s, d, &[])
+                }
+                Attention::Sdpa if self.masked(k) => self.op(&[], b * s * s, DType::I8, &[]),
+                Attention::Sdpa => continue,
+            };
+            self.tape.hold_local(mask);
+            self.locals_hold += self.tape.bytes(mask);
+        }
     }
 
     /// Final norm, LM head and the loss (training) or last-token logits (generation).

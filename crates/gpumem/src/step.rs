@@ -234,7 +234,7 @@ impl Stretches {
                 runs: a.runs(0, a.layers),
                 head,
                 loss: Profile::default(),
-                embeds_hold: ctx.t * h * if ctx.autocast { 4.0 } else { ctx.c.bytes() },
+                embeds_hold: locals + ctx.t * h * if ctx.autocast { 4.0 } else { ctx.c.bytes() },
                 embeds_held: true,
                 kept: Bytes::default(),
                 input_kept: false,
