@@ -858,6 +858,29 @@ impl<'c, 'a> Builder<'c, 'a> {
     }
 
     /// How this model applies RoPE.
+    /// Cohere's `apply_rotary_pos_emb` without autograd, op by op: q and k upcast to fp32,
+    /// each `(x * cos) + (rotate_half(x) * sin)` (rotate_half a `stack` of `-x2` and `x1`,
+    /// interleaved), both results cast back only as it returns; the fp32 copies and
+    /// results are its locals until then.
+    fn cohere_rope_nograd(&mut self, q: Tid, k: Tid, qe: f64, ke: f64) -> (Tid, Tid) {
+        let f = DType::F32;
+        let (dq, dk) = (self.d(q), self.d(k));
+        let q32 = self.op(&[q], qe, f, &[]);
+        let k32 = self.op(&[k], ke, f, &[]);
+        let mut rotated = [0; 2];
+        for (j, (x, e)) in [(q32, qe), (k32, ke)].into_iter().enumerate() {
+            let xc = self.op(&[x], e, f, &[]);
+            let neg = self.op(&[x], e / 2.0, f, &[]);
+            let st = self.op(&[neg, x], e, f, &[]);
+            let xs = self.op(&[st], e, f, &[]);
+            rotated[j] = self.op(&[xc, xs], e, f, &[]);
+        }
+        let qo = self.op(&[rotated[0]], qe, dq, &[]);
+        let ko = self.op(&[rotated[1]], ke, dk, &[]);
+        self.tape.touch(&[q, k, q32, k32, rotated[0], rotated[1]]);
+        (qo, ko)
+    }
+
     fn rope_style(&self) -> RopeStyle {
         let a = self.ctx.arch;
         match a.family {
@@ -1023,9 +1046,16 @@ impl<'c, 'a> Builder<'c, 'a> {
                 // reduced-precision math is allowed): scale q, repeat k and v to all heads
                 // (a broadcast single head stays a view), matmul, mask, softmax (saved),
                 // matmul, cast back.
+                //
+                // Falcon passes its boolean mask (always made): SDPA first turns it into an
+                // additive one in the query's dtype, and the math path keeps it, the fp32
+                // copies of q, k and v and the scaled q, as locals until it returns. Without a mask it makes a
+                // causal one, `[s, s]` boolean then in its dtype, for the product.
                 let m = if c.bytes() < 4.0 { DType::F32 } else { c };
                 let qe = t * hq * dq as f64;
                 let hk_rep = if mqa_broadcast { hk } else { hq };
+                let explicit =
+                    (mask || a.family == Family::Falcon).then(|| self.op(&[], b * s * s, c, &[]));
                 let qm = self.cast(q, qe, m);
                 let qs = self.op(&[qm], qe, m, &[]);
                 let km = self.cast(k, t * hk * dq as f64, m);
@@ -1040,7 +1070,11 @@ impl<'c, 'a> Builder<'c, 'a> {
                         inputs: &qk,
                         out_bytes: scores * m.bytes(),
                         saved: if selective { &[] } else { &qk },
-                        fwd_temp: s * s * (1.0 + m.bytes()),
+                        fwd_temp: if explicit.is_some() {
+                            0.0
+                        } else {
+                            s * s * (1.0 + m.bytes())
+                        },
                         ..OpSpec::default()
                     },
                     m,
@@ -1053,6 +1087,10 @@ impl<'c, 'a> Builder<'c, 'a> {
                     vm
                 };
                 let o = self.op(&[p, vr], out_elems, m, &[p, vr]);
+                self.tape.touch(&[qm, qs, km, vm]);
+                if let Some(x) = explicit {
+                    self.tape.touch(&[x]);
+                }
                 let o = self.cast(o, out_elems, c);
                 // (b, h, s, d) → (b, s, h·d): a contiguous copy.
                 self.op(&[o], out_elems, c, &[])
@@ -1214,6 +1252,7 @@ impl<'c, 'a> Builder<'c, 'a> {
         let qe = t * (heads * hd) as f64;
         let ke = t * (kv_heads * hd) as f64;
         // q, k and v: one fused projection split into views, or three.
+        let mut fused_kv = None;
         let (mut q, mut k, v, gate) = if a.fused_qkv {
             let qkv = self.linear(y, lin[0].1, lin[0].0, t);
             let d = self.d(qkv);
@@ -1223,6 +1262,7 @@ impl<'c, 'a> Builder<'c, 'a> {
             for &p in &parts {
                 self.reg(p, d);
             }
+            fused_kv = Some((parts[1], parts[2], qkv));
             (parts[0], parts[1], parts[2], None)
         } else {
             // `q_proj(x).view(…).transpose(1, 2)`: once rotated, the gradient comes back
@@ -1284,7 +1324,9 @@ impl<'c, 'a> Builder<'c, 'a> {
         let (hq, hk) = (heads as f64, kv_heads as f64);
         q = norm(self, q, hq, qe, true);
         k = norm(self, k, hk, ke, true);
-        if rope {
+        if rope && !ctx.train && matches!(a.family, Family::Cohere | Family::Cohere2) {
+            (q, k) = self.cohere_rope_nograd(q, k, qe, ke);
+        } else if rope {
             // `apply_rotary_pos_emb(q, k, …)` holds both until it returns.
             let (q0, k0) = (q, k);
             q = self.rope(q, qe, style);
@@ -1308,6 +1350,21 @@ impl<'c, 'a> Builder<'c, 'a> {
             )
         } else {
             (k, v, kv_heads)
+        };
+        // The cache keeps its own tensors (`torch.cat` onto its empty ones); one of
+        // a fused projection's views, if kept, would keep the whole projection.
+        let (k, v) = match fused_kv {
+            Some((fk, fv, _)) if !ctx.train => {
+                let copy = |b: &mut Self, x: Tid, of: Tid, e: f64| {
+                    if x == of {
+                        b.op(&[x], e, b.d(x), &[])
+                    } else {
+                        x
+                    }
+                };
+                (copy(self, k, fk, ke), copy(self, v, fv, ke))
+            }
+            _ => (k, v),
         };
         if !ctx.train {
             self.cache_kv(k);
@@ -1334,8 +1391,12 @@ impl<'c, 'a> Builder<'c, 'a> {
         }
         let o_proj = lin[lin.len() - 1];
         let out = self.linear(core, o_proj.1, o_proj.0, t);
-        // The attention's locals (the rotated q and k) go when it returns.
+        // The attention's locals (the rotated q and k, a fused projection's output) go
+        // when it returns.
         self.tape.touch(&[q, k]);
+        if let Some((_, _, qkv)) = fused_kv {
+            self.tape.touch(&[qkv]);
+        }
         out
     }
 
@@ -1709,8 +1770,6 @@ impl<'c, 'a> Builder<'c, 'a> {
         let ec = if ctx.autocast { ctx.w } else { c };
         self.native = ctx.autocast;
         let gathered = self.op(&[y], s * h, ec, &[]);
-        // A local of the experts' forward: referenced until it returns.
-        self.tape.hold(gathered);
         let bias = |on: bool, n: f64| if on { experts * n } else { 0.0 };
         let gu = self.op_spec(
             OpSpec {
@@ -1785,6 +1844,9 @@ impl<'c, 'a> Builder<'c, 'a> {
         );
         let ordered = self.op(&[weighted], s * h, wd2, &[]);
         let summed = self.op(&[ordered], t * h, wd2, &[]);
+        // Locals of the experts' forward until it returns: the gathered rows and the last
+        // `proj_out` (the down projection's, masked).
+        self.tape.touch(&[gathered, filled2]);
         let yd = self.d(y);
         let mut out = self.cast(summed, t * h, yd);
         let later = if shared_first { first } else { shared(self, y) };
@@ -1845,8 +1907,11 @@ impl<'c, 'a> Builder<'c, 'a> {
         );
         let shared = self.mlp(y, m.shared_width(), t);
         let summed = self.op(&[dn], t * h, c, &[]);
-        // `out.add_(…)`: in place on the shared expert's output.
-        self.add(shared, summed, t * h)
+        // `out.add_(…)`: in place on the shared expert's output. The scaled rows
+        // (`routed_in`) are a local until the block returns.
+        let out = self.add(shared, summed, t * h);
+        self.tape.touch(&[scaled]);
+        out
     }
 
     /// The layer's feed-forward over `y` (whole under tensor parallelism).
@@ -1895,6 +1960,11 @@ impl<'c, 'a> Builder<'c, 'a> {
                 let m = self.named("mlp", |b| b.ffn(y2f, kind));
                 let m = self.leave_tp(m, h);
                 self.tape.touch(&[y2]);
+                if a.family == Family::Llama4 {
+                    // Llama 4's layer binds the attention's output to a local of its own
+                    // (`attention_states`), referenced until the layer returns.
+                    self.tape.touch(&[o]);
+                }
                 self.named("residual", |b| b.residual(r1, m, e))
             }
             Block::Sandwich => {
@@ -1926,8 +1996,12 @@ impl<'c, 'a> Builder<'c, 'a> {
                 self.named("residual", |b| b.add(r1, m2, e))
             }
             Block::Parallel | Block::ParallelTwoNorms => {
+                // Falcon binds both norms to locals before attention; GPT-NeoX passes each
+                // as an argument, the second made once attention has returned.
+                let late = a.family == Family::GptNeox;
+                let two = a.block == Block::ParallelTwoNorms;
                 let y1 = self.named("input_layernorm", |b| b.norm(x, h, ctx.tsp));
-                let y2 = if a.block == Block::ParallelTwoNorms {
+                let mut y2 = if two && !late {
                     self.named("mlp_layernorm", |b| b.norm(x, h, ctx.tsp))
                 } else {
                     y1
@@ -1936,10 +2010,18 @@ impl<'c, 'a> Builder<'c, 'a> {
                 let o = self.named("self_attn", |b| b.attention(y1f, kind));
                 let o = self.leave_tp(o, h);
                 let o = self.dropout(o, e, resid);
+                if two && late {
+                    self.tape.touch(&[y1]);
+                    y2 = self.named("mlp_layernorm", |b| b.norm(x, h, ctx.tsp));
+                }
                 let y2f = if y2 == y1 { y1f } else { self.enter_tp(y2, h) };
                 let m = self.named("mlp", |b| b.ffn(y2f, kind));
                 let m = self.leave_tp(m, h);
-                self.tape.touch(&[y1, y2]);
+                if late {
+                    self.tape.touch(&[y2]);
+                } else {
+                    self.tape.touch(&[y1, y2]);
+                }
                 self.named("residual", |b| {
                     let s = b.add(o, m, e);
                     b.add(s, x, e)
@@ -2089,7 +2171,10 @@ impl<'c, 'a> Builder<'c, 'a> {
                     let allowed = self.op(&[], b * s * s, DType::I8, &[]);
                     self.op(&[allowed], b * s * s, d, &[])
                 }
-                Attention::Sdpa if self.masked(k) => self.op(&[], b * s * s, DType::I8, &[]),
+                // Falcon materialises its causal mask always (`allow_is_causal_skip=False`).
+                Attention::Sdpa if self.masked(k) || a.family == Family::Falcon => {
+                    self.op(&[], b * s * s, DType::I8, &[])
+                }
                 Attention::Sdpa => continue,
             };
             self.tape.hold_local(mask);
