@@ -157,6 +157,12 @@ def main():
         from transformers import AutoModelForCausalLM
         model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16, attn_implementation=a.attn)
         model.eval()
+        # LongRoPE picks its short or long factors from `max(position_ids)`, a value fake
+        # tensors do not hold. Either gives an `inv_freq` of the same size, so the choice is
+        # skipped: the buffer made at construction (the short factors) stays.
+        for m in model.modules():
+            if getattr(m, "rope_type", None) == "longrope":
+                m.rope_type = "longrope, fixed"
         rec["params"] = sum(p.numel() for p in model.parameters())
         ids = torch.zeros((a.batch, a.prompt), dtype=torch.long)
         mask = torch.ones_like(ids)
@@ -216,7 +222,7 @@ def main():
                 for k, v in vars(layer).items():
                     if k.startswith("_"):
                         continue
-                    vs = v if isinstance(v, (list, tuple)) else [v]
+                    vs = list(v.values()) if isinstance(v, dict) else v if isinstance(v, (list, tuple)) else [v]
                     allst += sum(t.numel() * t.element_size() for t in vs if isinstance(t, torch.Tensor))
             rec["cache_state_bytes"] = allst
             rec["mem_end"] = tr.cur

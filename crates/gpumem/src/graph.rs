@@ -1086,7 +1086,24 @@ impl<'c, 'a> Builder<'c, 'a> {
                 } else {
                     vm
                 };
-                let o = self.op(&[p, vr], out_elems, m, &[p, vr]);
+                // A single broadcast key/value head is expanded to every query head, and
+                // `matmul` copies the expansion to batch it: a transient as large as the
+                // queries for each product.
+                let expanded = if mqa_broadcast && !ctx.train {
+                    t * hq * dv as f64 * m.bytes()
+                } else {
+                    0.0
+                };
+                let o = self.op_spec(
+                    OpSpec {
+                        inputs: &[p, vr],
+                        out_bytes: out_elems * m.bytes(),
+                        saved: &[p, vr],
+                        fwd_temp: expanded,
+                        ..OpSpec::default()
+                    },
+                    m,
+                );
                 self.tape.touch(&[qm, qs, km, vm]);
                 if let Some(x) = explicit {
                     self.tape.touch(&[x]);
@@ -1507,6 +1524,12 @@ impl<'c, 'a> Builder<'c, 'a> {
         let kc = self.op(&[qkvz], t * kd, c, &[]);
         let vc = self.op(&[qkvz], t * vd, c, &[]);
         let mixed = self.op(&[qc, kc, vc], t * conv, c, &[]);
+        if !ctx.train {
+            // The cache takes the convolution's last inputs from `mixed_qkv` before the
+            // convolution runs (which rebinds it).
+            let cst = self.op(&[mixed], ctx.batch * conv * x.conv_kernel as f64, c, &[]);
+            self.cache_kv(cst);
+        }
         let trainable = ctx.base_trainable();
         let cv = self.op_spec(
             OpSpec {
@@ -1534,8 +1557,18 @@ impl<'c, 'a> Builder<'c, 'a> {
             },
             f32,
         );
-        let q32 = self.op(&[act], t * nv * dk, f32, &[]);
-        let k32 = self.op(&[act], t * nv * dk, f32, &[]);
+        // With fewer key heads than value heads, queries and keys are repeated to the value
+        // heads (`repeat_interleave`, copies in the model's dtype) and stay the layer's
+        // locals until it returns; the kernel's fp32 copies are made from them.
+        let (qsrc, ksrc) = if nv > nk {
+            let qr = self.op(&[act], t * nv * dk, c, &[]);
+            let kr = self.op(&[act], t * nv * dk, c, &[]);
+            (qr, kr)
+        } else {
+            (act, act)
+        };
+        let q32 = self.op(&[qsrc], t * nv * dk, f32, &[]);
+        let k32 = self.op(&[ksrc], t * nv * dk, f32, &[]);
         let v32 = self.op(&[act], t * nv * dv, f32, &[]);
         let qn = self.op(&[q32], t * nv * dk, f32, &[q32]);
         let kn = self.op(&[k32], t * nv * dk, f32, &[k32]);
@@ -1547,8 +1580,10 @@ impl<'c, 'a> Builder<'c, 'a> {
         // and their products (value-sized), then one state per chunk and its correction: a
         // chain whose every link is kept for backward.
         let cc = tpad * nv * chunk;
-        let mut locals = Vec::new();
-        let link = if ctx.train {
+        let o = if ctx.train {
+            // Within-chunk decay and attention (C × C per chunk and head), the triangular
+            // solves and their products (value-sized), then one state per chunk and its
+            // correction: a chain whose every link is kept for backward.
             let mut link = self.op(&[qp, kp, g32], cc, f32, &[qp, kp]);
             for _ in 0..3 {
                 link = self.op(&[link], cc, f32, &[link]);
@@ -1557,56 +1592,66 @@ impl<'c, 'a> Builder<'c, 'a> {
             for _ in 0..4 {
                 link = self.op(&[link], tpad * nv * dv, f32, &[link]);
             }
-            link
+            let states = self.op_spec(
+                OpSpec {
+                    name: "gated delta rule (chunks)",
+                    inputs: &[link],
+                    out_bytes: chunks * nv * (dk * dv + chunk * dv) * 4.0,
+                    saved: &[link],
+                    fwd_temp: tpad * nv * dv * 4.0,
+                    ..OpSpec::default()
+                },
+                f32,
+            );
+            let o32 = self.op(&[states], t * vd, f32, &[states]);
+            self.cast(o32, t * vd, c)
         } else {
-            // Under no_grad nothing is saved, but the function's locals live until the scan
-            // over chunks ends (the oracle's generate(): the prefill 9.8 % low without them).
-            // Beside the padded queries, keys and values, by kind: k_beta, the decayed k_beta
-            // and the solved keys; three chunk-square tensors (the pairwise decay, the UT
-            // system, the intra-chunk attention); v_beta and the solved values; then the
-            // output buffer.
+            // `torch_chunk_gated_delta_rule` without autograd: its locals live until it
+            // returns (the oracle's generate(): the prefill 9.8 % low without them). k_beta,
+            // the decayed k_beta and the solved keys; three chunk-square tensors (the pairwise
+            // decay, the UT system, the intra-chunk attention); v_beta and the solved values;
+            // the zero state and the output buffer; then the queries and keys rebound to
+            // their decayed copies (each made while the padded one is still held).
             let (kt, vt) = (tpad * nv * dk, tpad * nv * dv);
+            let b = ctx.batch;
+            let state = b * nv * dk * dv;
             let ks = self.op(&[kp, g32], 3.0 * kt, f32, &[]);
             let cs = self.op(&[qp, ks], 3.0 * cc, f32, &[]);
             let vs = self.op(&[vp, cs], 2.0 * vt, f32, &[]);
-            locals = vec![qp, kp, vp, ks, cs, vs];
-            self.op(&[vs], vt, f32, &[])
-        };
-        let states = self.op_spec(
-            OpSpec {
-                name: "gated delta rule (chunks)",
-                inputs: &[link],
-                // A state per chunk kept for backward; under no_grad the last one only, the
-                // scan writing into the output buffer (`link`).
-                out_bytes: if ctx.train {
-                    chunks * nv * (dk * dv + chunk * dv) * 4.0
-                } else {
-                    ctx.batch * nv * dk * dv * 4.0
+            let zero = self.op(&[vs], state, f32, &[]);
+            let out = self.op(&[vs], vt, f32, &[]);
+            let qd = self.op(&[qp], kt, f32, &[]);
+            let kd = self.op(&[kp], kt, f32, &[]);
+            // The scan over chunks writes into the output buffer; its last state update
+            // holds the state before it, its decayed copy and the chunk's outer product
+            // beside the new one (`state * exp(g) + k.T @ v_new`), with the chunk's new
+            // values and its read of the state.
+            let last = self.op_spec(
+                OpSpec {
+                    name: "gated delta rule (chunks)",
+                    inputs: &[out, zero, qd, kd],
+                    out_bytes: state * 4.0,
+                    fwd_temp: (2.0 * state + 2.0 * b * nv * chunk * dv) * 4.0,
+                    ..OpSpec::default()
                 },
-                saved: &[link],
-                fwd_temp: tpad * nv * dv * 4.0,
-                ..OpSpec::default()
-            },
-            f32,
-        );
-        self.tape.touch(&locals);
-        let o32 = self.op(&[states], t * vd, f32, &[states]);
-        if !ctx.train {
-            // The cache keeps the convolution's last inputs and the fp32 recurrent state.
-            let b = ctx.batch;
-            let cs = self.op(&[mixed], b * conv * x.conv_kernel as f64, c, &[]);
-            let rs = self.op(&[states], b * nv * dk * dv, f32, &[]);
-            self.cache_kv(cs);
+                f32,
+            );
+            // The cache keeps a copy of the fp32 state.
+            let rs = self.op(&[last], state, f32, &[]);
             self.cache_kv(rs);
-        }
-        let o = self.cast(o32, t * vd, c);
+            // The output back in the inputs' dtype, made while the function's locals are
+            // still referenced.
+            let o = self.op(&[out], t * vd, c, &[]);
+            self.tape.touch(&[vp, ks, cs, vs, qd, kd, out]);
+            o
+        };
         // Qwen3NextRMSNormGated: RMSNorm of the output times silu(z), in fp32.
         let n = self.norm_as(o, dv, t * nv, NormOp::Norm(Norm::Rms, 1.0), dv);
         let z32 = self.cast(z, t * vd, f32);
         let sz = self.op(&[z32], t * vd, f32, &[z32]);
         let gated = self.mul(n, sz, t * vd);
         let gated = self.cast(gated, t * vd, c);
-        self.tape.touch(&[qkvz, act]);
+        self.tape.touch(&[qkvz, act, qsrc, ksrc]);
         self.linear(gated, lin[2].1, lin[2].0, t)
     }
 
@@ -1771,6 +1816,12 @@ impl<'c, 'a> Builder<'c, 'a> {
         self.native = ctx.autocast;
         let gathered = self.op(&[y], s * h, ec, &[]);
         let bias = |on: bool, n: f64| if on { experts * n } else { 0.0 };
+        // gpt-oss gathers each row's bias (`selected_biases`), added in place. Without
+        // autograd the gathered biases are a local, the up projection's until the down
+        // projection's replace them, that one's until the function returns; in training
+        // they count as the products' workspace.
+        let held_bias = m.expert_bias && !ctx.train;
+        let up_bias = held_bias.then(|| self.op(&[], s * per, ec, &[]));
         let gu = self.op_spec(
             OpSpec {
                 name: "experts gate_up (grouped_mm)",
@@ -1779,8 +1830,7 @@ impl<'c, 'a> Builder<'c, 'a> {
                 saved: &[gathered],
                 weights_rg: trainable,
                 param_grads: (experts * per * h + bias(m.expert_bias, per)) * ctx.g.bytes(),
-                // gpt-oss gathers each row's bias before adding it in place.
-                fwd_temp: if m.expert_bias {
+                fwd_temp: if m.expert_bias && !held_bias {
                     s * per * ec.bytes()
                 } else {
                     0.0
@@ -1798,7 +1848,20 @@ impl<'c, 'a> Builder<'c, 'a> {
             for &p in &parts {
                 self.reg(p, ec);
             }
-            if a.family == Family::GptOss {
+            if a.family == Family::GptOss && !ctx.train {
+                // `_apply_gate` as it runs without autograd: both clamps, then the gate's
+                // product, then `(up + 1) * glu`; its locals and the caller's `proj_out`
+                // (the masked projection) live until it returns.
+                let cg = self.op(&[parts[0]], ie, ec, &[]);
+                let cu = self.op(&[parts[1]], ie, ec, &[]);
+                let ga = self.op(&[cg], ie, ec, &[]);
+                let sg = self.op(&[ga], ie, ec, &[]);
+                let glu = self.op(&[cg, sg], ie, ec, &[]);
+                let up1 = self.op(&[cu], ie, ec, &[]);
+                let out = self.op(&[up1, glu], ie, ec, &[]);
+                self.tape.touch(&[cg, cu, glu, filled]);
+                out
+            } else if a.family == Family::GptOss {
                 // Clamped SwiGLU: clamp keeps its input; `gate * sigmoid(gate * α)` and
                 // `(up + 1) * glu` keep their operands.
                 let cg = self.op(&[parts[0]], ie, ec, &[parts[0]]);
@@ -1813,6 +1876,10 @@ impl<'c, 'a> Builder<'c, 'a> {
                 self.mul(act, parts[1], ie)
             }
         };
+        let down_bias = held_bias.then(|| self.op(&[], s * h, ec, &[]));
+        if let Some(b) = up_bias {
+            self.tape.touch(&[b]);
+        }
         let dn = self.op_spec(
             OpSpec {
                 name: "experts down (grouped_mm)",
@@ -1821,7 +1888,7 @@ impl<'c, 'a> Builder<'c, 'a> {
                 saved: &[gated],
                 weights_rg: trainable,
                 param_grads: (experts * i * h + bias(m.expert_bias, h)) * ctx.g.bytes(),
-                fwd_temp: if m.expert_bias {
+                fwd_temp: if m.expert_bias && !held_bias {
                     s * h * ec.bytes()
                 } else {
                     0.0
@@ -1847,6 +1914,9 @@ impl<'c, 'a> Builder<'c, 'a> {
         // Locals of the experts' forward until it returns: the gathered rows and the last
         // `proj_out` (the down projection's, masked).
         self.tape.touch(&[gathered, filled2]);
+        if let Some(b) = down_bias {
+            self.tape.touch(&[b]);
+        }
         let yd = self.d(y);
         let mut out = self.cast(summed, t * h, yd);
         let later = if shared_first { first } else { shared(self, y) };
