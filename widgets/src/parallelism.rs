@@ -281,6 +281,16 @@ const HEADS: [&str; 8] = [
     "<span class=\"gm-sr\">Apply</span>",
 ];
 
+/// A cell of the planner's table holding `text`, of class `class` unless that is empty.
+fn td(class: &'static str, text: String) -> Html {
+    let text = Html::from(text);
+    if class.is_empty() {
+        el("td", &[], Vec::new(), text)
+    } else {
+        el("td", &["class"], vec![class.into()], text)
+    }
+}
+
 /// The parallelism widget, as a hook of the one widget component ([`crate::Widget`]).
 #[hook]
 pub fn use_parallelism(init: &Init) -> Html {
@@ -491,13 +501,13 @@ pub fn use_parallelism(init: &Init) -> Html {
                 .join(", ");
                 let cells = html! {
                     <>
-                        <td>{ i + 1 }</td>
-                        <td>{ format!("{}×{}×{}×{}×{}", l.dp, l.tp, l.pp, l.cp, l.ep) }</td>
-                        <td>{ zero }</td>
-                        <td>{ format!("{} × {}", l.micro_batch, l.grad_accum) }</td>
-                        <td>{ extra }</td>
-                        <td class="gm-num">{ gib(c.device_bytes as f64) }</td>
-                        <td class="gm-num">{ secs(c.step_seconds) }</td>
+                        { td("", (i + 1).to_string()) }
+                        { td("", format!("{}×{}×{}×{}×{}", l.dp, l.tp, l.pp, l.cp, l.ep)) }
+                        { td("", zero) }
+                        { td("", format!("{} × {}", l.micro_batch, l.grad_accum)) }
+                        { td("", extra) }
+                        { td("gm-num", gib(c.device_bytes as f64)) }
+                        { td("gm-num", secs(c.step_seconds)) }
                         <td><button type="button" class="gm-pill" {onclick}
                             aria-label={format!("Use layout {}", i + 1)} aria-pressed={if current { "true" } else { "false" }}>{ if current { "shown" } else { "use" } }</button></td>
                     </>

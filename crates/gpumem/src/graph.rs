@@ -287,6 +287,13 @@ impl<'c, 'a> Builder<'c, 'a> {
         self.reg(t, d)
     }
 
+    /// A new tensor of `elems` elements of `d` computed from `x` alone, which it does not
+    /// save.
+    #[inline(never)]
+    fn op1(&mut self, x: Tid, elems: f64, d: DType) -> Tid {
+        self.op(&[x], elems, d, &[])
+    }
+
     /// An op over `inputs` that saves `saved`, making `bytes` of `d`, with the rarer parts
     /// of its spec in `extra`.
     #[inline(never)]
@@ -304,6 +311,59 @@ impl<'c, 'a> Builder<'c, 'a> {
                 saved,
                 out_bytes: bytes,
                 extra,
+                ..OpSpec::default()
+            },
+            d,
+        )
+    }
+
+    /// An op named `name` over `inputs` that saves `saved`, making `bytes` of `d` with
+    /// `tmp` bytes of scratch during its forward.
+    #[inline(never)]
+    fn op_tmp(
+        &mut self,
+        name: &'static str,
+        inputs: &[Tid],
+        saved: &[Tid],
+        bytes: f64,
+        tmp: f64,
+        d: DType,
+    ) -> Tid {
+        self.op_spec(
+            OpSpec {
+                name,
+                inputs,
+                saved,
+                out_bytes: bytes,
+                fwd_temp: tmp,
+                ..OpSpec::default()
+            },
+            d,
+        )
+    }
+
+    /// An op of a weight with `grads` bytes of gradient (trained unless the base model is
+    /// frozen) over `x`, which it saves, making `bytes` of `d` with `tmp` bytes of scratch
+    /// during its forward.
+    #[inline(never)]
+    fn weighted(
+        &mut self,
+        name: &'static str,
+        x: Tid,
+        bytes: f64,
+        grads: f64,
+        tmp: f64,
+        d: DType,
+    ) -> Tid {
+        self.op_spec(
+            OpSpec {
+                name,
+                inputs: &[x],
+                out_bytes: bytes,
+                saved: &[x],
+                weights_rg: self.ctx.base_trainable(),
+                param_grads: grads,
+                fwd_temp: tmp,
                 ..OpSpec::default()
             },
             d,
@@ -356,11 +416,7 @@ impl<'c, 'a> Builder<'c, 'a> {
                 DType::F16 => self.ctx.autocast,
                 _ => false,
             };
-        let x = if copy {
-            self.op(&[x], elems, d, &[])
-        } else {
-            x
-        };
+        let x = if copy { self.op1(x, elems, d) } else { x };
         self.op_saving_output_tmp(&[x], elems, d, Cat::Activations, elems * d.bytes())
     }
 
@@ -368,7 +424,7 @@ impl<'c, 'a> Builder<'c, 'a> {
         if self.d(x) == d {
             return x;
         }
-        self.op(&[x], elems, d, &[])
+        self.op1(x, elems, d)
     }
 
     fn add(&mut self, a: Tid, b: Tid, elems: f64) -> Tid {
@@ -424,13 +480,19 @@ impl<'c, 'a> Builder<'c, 'a> {
             return x;
         }
         let d = self.d(x);
-        let mask = self.op(&[x], elems, DType::I8, &[]);
+        let mask = self.op1(x, elems, DType::I8);
         self.op(&[x, mask], elems, d, &[mask])
     }
 
     /// A linear layer `module` over `x` (`tokens` rows).
     pub fn linear(&mut self, x: Tid, lin: Linear, module: &'static str, tokens: f64) -> Tid {
         self.linear_n(x, lin, module, tokens, 1.0)
+    }
+
+    /// The linear layer `lin[i]` (a module's name and shape) over `x`.
+    fn proj(&mut self, x: Tid, lin: &[(&'static str, Linear)], i: usize, tokens: f64) -> Tid {
+        let (module, l) = lin[i];
+        self.linear(x, l, module, tokens)
     }
 
     /// A linear whose call stands for `copies` weight matrices of shape `lin` (a group of
@@ -499,7 +561,7 @@ impl<'c, 'a> Builder<'c, 'a> {
         };
         // fp8: the input is kept in fp8 for the weight grad.
         let saved_in = if ctx.fp8 && trainable {
-            self.op(&[xin], tokens * lin.inp as f64, DType::F8, &[])
+            self.op1(xin, tokens * lin.inp as f64, DType::F8)
         } else {
             xin
         };
@@ -569,7 +631,7 @@ impl<'c, 'a> Builder<'c, 'a> {
             },
             f32,
         );
-        let scaled = self.op(&[b], tokens * out, f32, &[]);
+        let scaled = self.op1(b, tokens * out, f32);
         let sum = self.add(y, scaled, tokens * out);
         let c = self.d(y);
         self.cast(sum, tokens * out, c)
@@ -591,10 +653,10 @@ impl<'c, 'a> Builder<'c, 'a> {
                 // Mean-centred in fp32: `x - mean` is computed twice (for the variance and
                 // for the normalised value), each kept by its consumer.
                 let x32 = self.cast(x, e, f32);
-                let mean = self.op(&[x32], stats, f32, &[]);
+                let mean = self.op1(x32, stats, f32);
                 let d1 = self.op(&[x32, mean], e, f32, &[]);
                 let sq = self.op(&[d1], e, f32, &[d1]);
-                let var = self.op(&[sq], stats, f32, &[]);
+                let var = self.op1(sq, stats, f32);
                 let r = self.op_saving_output(&[var], stats, f32, Cat::Activations);
                 let d2 = self.op(&[x32, mean], e, f32, &[]);
                 let n32 = self.mul(d2, r, e);
@@ -606,7 +668,7 @@ impl<'c, 'a> Builder<'c, 'a> {
                 // normalised value is kept for the weight's grad.
                 let x32 = self.cast(x, e, f32);
                 let sq = self.op(&[x32], e, f32, &[x32]);
-                let var = self.op(&[sq], stats, f32, &[]);
+                let var = self.op1(sq, stats, f32);
                 let r = self.op_saving_output(&[var], stats, f32, Cat::Activations);
                 let n32 = self.mul(x32, r, e);
                 let w = self.weight_mul_params(n32, e, wparams);
@@ -623,7 +685,7 @@ impl<'c, 'a> Builder<'c, 'a> {
                     ..OpExtra::NONE
                 };
                 let sq = self.op_extra(&[x32], &[x32], e * 4.0, f32, &pow);
-                let var = self.op(&[sq], stats, f32, &[]);
+                let var = self.op1(sq, stats, f32);
                 let ve = self.op_spec(
                     OpSpec {
                         inputs: &[var],
@@ -656,7 +718,7 @@ impl<'c, 'a> Builder<'c, 'a> {
             NormOp::L2(_) => {
                 let x32 = self.cast(x, e, f32);
                 let sq = self.op(&[x32], e, f32, &[x32]);
-                let var = self.op(&[sq], stats, f32, &[]);
+                let var = self.op1(sq, stats, f32);
                 let r = self.op_saving_output(&[var], stats, f32, Cat::Activations);
                 let n32 = self.mul(x32, r, e);
                 self.cast(n32, e, input)
@@ -708,7 +770,7 @@ impl<'c, 'a> Builder<'c, 'a> {
         let d = self.d(x);
         // Under autocast layer_norm runs (and returns) fp32.
         let out_d = if self.ctx.autocast { DType::F32 } else { d };
-        let stats = self.op(&[x], 2.0 * t, DType::F32, &[]);
+        let stats = self.op1(x, 2.0 * t, DType::F32);
         self.op_spec(
             OpSpec {
                 inputs: &[x, stats],
@@ -845,16 +907,7 @@ impl<'c, 'a> Builder<'c, 'a> {
             RopeStyle::Cat => 3.0 * elems * d.bytes(),
             RopeStyle::Fp32 => 3.0 * elems * 4.0,
         };
-        self.op_spec(
-            OpSpec {
-                name: "rotary embedding",
-                inputs: &[x],
-                out_bytes: elems * d.bytes(),
-                fwd_temp: tmp,
-                ..OpSpec::default()
-            },
-            d,
-        )
+        self.op_tmp("rotary embedding", &[x], &[], elems * d.bytes(), tmp, d)
     }
 
     /// How this model applies RoPE.
@@ -865,14 +918,14 @@ impl<'c, 'a> Builder<'c, 'a> {
     fn cohere_rope_nograd(&mut self, q: Tid, k: Tid, qe: f64, ke: f64) -> (Tid, Tid) {
         let f = DType::F32;
         let (dq, dk) = (self.d(q), self.d(k));
-        let q32 = self.op(&[q], qe, f, &[]);
-        let k32 = self.op(&[k], ke, f, &[]);
+        let q32 = self.op1(q, qe, f);
+        let k32 = self.op1(k, ke, f);
         let mut rotated = [0; 2];
         for (j, (x, e)) in [(q32, qe), (k32, ke)].into_iter().enumerate() {
-            let xc = self.op(&[x], e, f, &[]);
-            let neg = self.op(&[x], e / 2.0, f, &[]);
+            let xc = self.op1(x, e, f);
+            let neg = self.op1(x, e / 2.0, f);
             let st = self.op(&[neg, x], e, f, &[]);
-            let xs = self.op(&[st], e, f, &[]);
+            let xs = self.op1(st, e, f);
             rotated[j] = self.op(&[xc, xs], e, f, &[]);
         }
         let qo = self.op(&[rotated[0]], qe, dq, &[]);
@@ -1037,7 +1090,7 @@ impl<'c, 'a> Builder<'c, 'a> {
                     // parallelism with load balancing, on the ranks that merge partial
                     // outputs: the first, the worst): the model's transpose().contiguous() is
                     // a real copy, which the output projection saves.
-                    return self.op(&[o], out_elems, c, &[]);
+                    return self.op1(o, out_elems, c);
                 }
                 o
             }
@@ -1057,32 +1110,30 @@ impl<'c, 'a> Builder<'c, 'a> {
                 let explicit =
                     (mask || a.family == Family::Falcon).then(|| self.op(&[], b * s * s, c, &[]));
                 let qm = self.cast(q, qe, m);
-                let qs = self.op(&[qm], qe, m, &[]);
+                let qs = self.op1(qm, qe, m);
                 let km = self.cast(k, t * hk * dq as f64, m);
                 let kr = if hk_rep != hk {
-                    self.op(&[km], t * hk_rep * dq as f64, m, &[])
+                    self.op1(km, t * hk_rep * dq as f64, m)
                 } else {
                     km
                 };
                 let qk = [qs, kr];
-                let sc = self.op_spec(
-                    OpSpec {
-                        inputs: &qk,
-                        out_bytes: scores * m.bytes(),
-                        saved: if selective { &[] } else { &qk },
-                        fwd_temp: if explicit.is_some() {
-                            0.0
-                        } else {
-                            s * s * (1.0 + m.bytes())
-                        },
-                        ..OpSpec::default()
+                let sc = self.op_tmp(
+                    "",
+                    &qk,
+                    if selective { &[] } else { &qk },
+                    scores * m.bytes(),
+                    if explicit.is_some() {
+                        0.0
+                    } else {
+                        s * s * (1.0 + m.bytes())
                     },
                     m,
                 );
                 let p = self.softmax(sc, scores, m);
                 let vm = self.cast(v, t * hk * dv as f64, m);
                 let vr = if hk_rep != hk {
-                    self.op(&[vm], t * hk_rep * dv as f64, m, &[])
+                    self.op1(vm, t * hk_rep * dv as f64, m)
                 } else {
                     vm
                 };
@@ -1094,23 +1145,14 @@ impl<'c, 'a> Builder<'c, 'a> {
                 } else {
                     0.0
                 };
-                let o = self.op_spec(
-                    OpSpec {
-                        inputs: &[p, vr],
-                        out_bytes: out_elems * m.bytes(),
-                        saved: &[p, vr],
-                        fwd_temp: expanded,
-                        ..OpSpec::default()
-                    },
-                    m,
-                );
+                let o = self.op_tmp("", &[p, vr], &[p, vr], out_elems * m.bytes(), expanded, m);
                 self.tape.touch(&[qm, qs, km, vm]);
                 if let Some(x) = explicit {
                     self.tape.touch(&[x]);
                 }
                 let o = self.cast(o, out_elems, c);
                 // (b, h, s, d) → (b, s, h·d): a contiguous copy.
-                self.op(&[o], out_elems, c, &[])
+                self.op1(o, out_elems, c)
             }
             (Attention::Eager, _) if selective => {
                 // Selective recomputation (Korthikanti et al. 2022, §5): the attention core
@@ -1151,21 +1193,21 @@ impl<'c, 'a> Builder<'c, 'a> {
         // repeat_kv: a copy unless one head broadcasts.
         let (kr, vr) = if heads != kv_heads && kv_heads > 1 {
             (
-                self.op(&[k], t * hq * dq as f64, c, &[]),
-                self.op(&[v], t * hq * dv as f64, c, &[]),
+                self.op1(k, t * hq * dq as f64, c),
+                self.op1(v, t * hq * dv as f64, c),
             )
         } else {
             (k, v)
         };
         let sc = self.op(&[q, kr], scores, c, &[q, kr]);
-        let mut scaled = self.op(&[sc], scores, c, &[]);
+        let mut scaled = self.op1(sc, scores, c);
         if a.attn_softcap {
             // Gemma 2: `tanh(scores / cap) * cap`; tanh keeps its output.
-            let div = self.op(&[scaled], scores, c, &[]);
+            let div = self.op1(scaled, scores, c);
             let th = self.op_saving_output(&[div], scores, c, Cat::Activations);
-            scaled = self.op(&[th], scores, c, &[]);
+            scaled = self.op1(th, scores, c);
         }
-        let masked = self.op(&[scaled], scores, c, &[]);
+        let masked = self.op1(scaled, scores, c);
         let mut held = None;
         let p = match a.family {
             // GPT-2: softmax in the compute dtype (fp32 under autocast), then `.type(v.dtype)`.
@@ -1180,8 +1222,8 @@ impl<'c, 'a> Builder<'c, 'a> {
             // and the shifted logits to `combined_logits` until the function returns.
             _ if a.sinks => {
                 let wide = b * hq * s * (s + 1.0);
-                let cat = self.op(&[masked], wide, c, &[]);
-                let max = self.op(&[cat], b * hq * s * 2.0, c, &[]);
+                let cat = self.op1(masked, wide, c);
+                let max = self.op1(cat, b * hq * s * 2.0, c);
                 let sub = self.op(&[cat, max], wide, c, &[]);
                 let p = self.softmax(sub, wide, c);
                 self.tape.touch(&[masked]);
@@ -1199,7 +1241,7 @@ impl<'c, 'a> Builder<'c, 'a> {
         };
         let pd = self.dropout(p, scores, p_drop);
         let o = self.op(&[pd, vr], out_elems, c, &[pd, vr]);
-        let o = self.op(&[o], out_elems, c, &[]);
+        let o = self.op1(o, out_elems, c);
         // `repeat_kv`'s copies are locals of the attention function until it returns.
         if kr != k {
             self.tape.touch(&[kr, vr]);
@@ -1233,7 +1275,7 @@ impl<'c, 'a> Builder<'c, 'a> {
         );
         let hd = a.head_dim;
         if a.family == Family::Gpt2 {
-            let qkv = self.linear(y, lin[0].1, lin[0].0, t);
+            let qkv = self.proj(y, &lin, 0, t);
             let e = t * h / tp * c.bytes();
             let parts = self.tape.split(qkv, &[e, e, e]);
             for &p in &parts {
@@ -1264,14 +1306,14 @@ impl<'c, 'a> Builder<'c, 'a> {
                 false,
                 false,
             );
-            return self.linear(core, lin[1].1, lin[1].0, t);
+            return self.proj(core, &lin, 1, t);
         }
         let qe = t * (heads * hd) as f64;
         let ke = t * (kv_heads * hd) as f64;
         // q, k and v: one fused projection split into views, or three.
         let mut fused_kv = None;
         let (mut q, mut k, v, gate) = if a.fused_qkv {
-            let qkv = self.linear(y, lin[0].1, lin[0].0, t);
+            let qkv = self.proj(y, &lin, 0, t);
             let d = self.d(qkv);
             let parts = self
                 .tape
@@ -1294,7 +1336,7 @@ impl<'c, 'a> Builder<'c, 'a> {
                 let v = b.tape.split(x, &[b.tape.bytes(x)])[0];
                 b.reg(v, d)
             };
-            let q = self.linear(y, lin[0].1, lin[0].0, t);
+            let q = self.proj(y, &lin, 0, t);
             let q = viewed(self, q);
             let (q, gate) = if a.attn_gate {
                 // Qwen3-Next: q_proj gives the query and a gate, interleaved per head; the
@@ -1309,9 +1351,9 @@ impl<'c, 'a> Builder<'c, 'a> {
             } else {
                 (q, None)
             };
-            let k = self.linear(y, lin[1].1, lin[1].0, t);
+            let k = self.proj(y, &lin, 1, t);
             let k = viewed(self, k);
-            let v = self.linear(y, lin[2].1, lin[2].0, t);
+            let v = self.proj(y, &lin, 2, t);
             (q, k, v, gate)
         };
         let rope = !kind.nope && a.rope_dim > 0;
@@ -1354,15 +1396,15 @@ impl<'c, 'a> Builder<'c, 'a> {
         k = norm(self, k, hk, ke, false);
         if a.family == Family::Llama4 && kind.nope {
             // Attention temperature tuning on NoPE layers: q times fp32 scales, cast back.
-            let q32 = self.op(&[q], qe, DType::F32, &[]);
+            let q32 = self.op1(q, qe, DType::F32);
             q = self.cast(q32, qe, self.d(q));
         }
         // Falcon's new decoder broadcasts each key/value head to its query heads and
         // flattens them: copies as wide as the queries.
         let (k, v, kv_heads) = if a.kv_expanded && kv_heads != heads {
             (
-                self.op(&[k], qe, self.d(k), &[]),
-                self.op(&[v], qe, self.d(v), &[]),
+                self.op1(k, qe, self.d(k)),
+                self.op1(v, qe, self.d(v)),
                 heads,
             )
         } else {
@@ -1433,15 +1475,15 @@ impl<'c, 'a> Builder<'c, 'a> {
         let heads = a.heads as f64 / ctx.tp;
         let mut i = 0;
         let q = if m.q_lora_rank.is_some() {
-            let qa = self.linear(y, lin[0].1, lin[0].0, t);
+            let qa = self.proj(y, lin, 0, t);
             let qn = self.rms_norm(qa, lin[0].1.out as f64, t);
             i = 2;
-            self.linear(qn, lin[1].1, lin[1].0, t)
+            self.proj(qn, lin, 1, t)
         } else {
             i += 1;
-            self.linear(y, lin[0].1, lin[0].0, t)
+            self.proj(y, lin, 0, t)
         };
-        let kva = self.linear(y, lin[i].1, lin[i].0, t);
+        let kva = self.proj(y, lin, i, t);
         let d = self.d(kva);
         let parts = self.tape.split(
             kva,
@@ -1463,7 +1505,7 @@ impl<'c, 'a> Builder<'c, 'a> {
             self.cache_kv(kr);
         }
         let query = self.op(&[q, qr], t * heads * dq as f64, ctx.c, &[]);
-        let kvb = self.linear(kvn, lin[i + 1].1, lin[i + 1].0, t);
+        let kvb = self.proj(kvn, lin, i + 1, t);
         let kvd = self.d(kvb);
         let nv = (m.qk_nope_head_dim + m.v_head_dim) as f64;
         let kparts = self.tape.split(
@@ -1491,7 +1533,7 @@ impl<'c, 'a> Builder<'c, 'a> {
             false,
             true,
         );
-        self.linear(core, lin[i + 2].1, lin[i + 2].0, t)
+        self.proj(core, lin, i + 2, t)
     }
 
     /// Qwen3-Next's gated DeltaNet over `y`, as transformers' torch fallback runs it
@@ -1515,66 +1557,51 @@ impl<'c, 'a> Builder<'c, 'a> {
         let chunk = 64.0;
         let chunks = (ctx.seq / chunk).ceil() * ctx.batch;
         let tpad = chunks * chunk;
-        let qkvz = self.linear(y, lin[0].1, lin[0].0, t);
+        let qkvz = self.proj(y, &lin, 0, t);
         self.tape.hold(qkvz);
-        let ba = self.linear(y, lin[1].1, lin[1].0, t);
+        let ba = self.proj(y, &lin, 1, t);
         // Reordering into heads copies q, k, v and z.
-        let z = self.op(&[qkvz], t * vd, c, &[]);
-        let qc = self.op(&[qkvz], t * kd, c, &[]);
-        let kc = self.op(&[qkvz], t * kd, c, &[]);
-        let vc = self.op(&[qkvz], t * vd, c, &[]);
+        let z = self.op1(qkvz, t * vd, c);
+        let qc = self.op1(qkvz, t * kd, c);
+        let kc = self.op1(qkvz, t * kd, c);
+        let vc = self.op1(qkvz, t * vd, c);
         let mixed = self.op(&[qc, kc, vc], t * conv, c, &[]);
         if !ctx.train {
             // The cache takes the convolution's last inputs from `mixed_qkv` before the
             // convolution runs (which rebinds it).
-            let cst = self.op(&[mixed], ctx.batch * conv * x.conv_kernel as f64, c, &[]);
+            let cst = self.op1(mixed, ctx.batch * conv * x.conv_kernel as f64, c);
             self.cache_kv(cst);
         }
-        let trainable = ctx.base_trainable();
-        let cv = self.op_spec(
-            OpSpec {
-                name: "conv1d",
-                inputs: &[mixed],
-                out_bytes: (t + ctx.batch * (x.conv_kernel as f64 - 1.0)) * conv * c.bytes(),
-                saved: &[mixed],
-                weights_rg: trainable,
-                param_grads: conv * x.conv_kernel as f64 * ctx.g.bytes(),
-                ..OpSpec::default()
-            },
+        let cv = self.weighted(
+            "conv1d",
+            mixed,
+            (t + ctx.batch * (x.conv_kernel as f64 - 1.0)) * conv * c.bytes(),
+            conv * x.conv_kernel as f64 * ctx.g.bytes(),
+            0.0,
             c,
         );
         let act = self.op(&[cv], t * conv, c, &[cv]);
         self.tape.hold(act);
         // fp32 queries and keys repeated to the value heads, values; gates from `ba`.
-        let g32 = self.op_spec(
-            OpSpec {
-                inputs: &[ba],
-                out_bytes: t * nv * 4.0,
-                saved: &[ba],
-                weights_rg: trainable,
-                param_grads: 2.0 * nv * ctx.g.bytes(),
-                ..OpSpec::default()
-            },
-            f32,
-        );
+        let g32 = self.weighted("", ba, t * nv * 4.0, 2.0 * nv * ctx.g.bytes(), 0.0, f32);
         // With fewer key heads than value heads, queries and keys are repeated to the value
         // heads (`repeat_interleave`, copies in the model's dtype) and stay the layer's
         // locals until it returns; the kernel's fp32 copies are made from them.
         let (qsrc, ksrc) = if nv > nk {
-            let qr = self.op(&[act], t * nv * dk, c, &[]);
-            let kr = self.op(&[act], t * nv * dk, c, &[]);
+            let qr = self.op1(act, t * nv * dk, c);
+            let kr = self.op1(act, t * nv * dk, c);
             (qr, kr)
         } else {
             (act, act)
         };
-        let q32 = self.op(&[qsrc], t * nv * dk, f32, &[]);
-        let k32 = self.op(&[ksrc], t * nv * dk, f32, &[]);
-        let v32 = self.op(&[act], t * nv * dv, f32, &[]);
+        let q32 = self.op1(qsrc, t * nv * dk, f32);
+        let k32 = self.op1(ksrc, t * nv * dk, f32);
+        let v32 = self.op1(act, t * nv * dv, f32);
         let qn = self.op(&[q32], t * nv * dk, f32, &[q32]);
         let kn = self.op(&[k32], t * nv * dk, f32, &[k32]);
         let qs = self.op(&[qn], t * nv * dk, f32, &[qn]);
-        let qp = self.op(&[qs], tpad * nv * dk, f32, &[]);
-        let kp = self.op(&[kn], tpad * nv * dk, f32, &[]);
+        let qp = self.op1(qs, tpad * nv * dk, f32);
+        let kp = self.op1(kn, tpad * nv * dk, f32);
         let vp = self.op(&[v32, g32], tpad * nv * dv, f32, &[]);
         // Within-chunk decay and attention (C × C per chunk and head), the triangular solves
         // and their products (value-sized), then one state per chunk and its correction: a
@@ -1592,15 +1619,12 @@ impl<'c, 'a> Builder<'c, 'a> {
             for _ in 0..4 {
                 link = self.op(&[link], tpad * nv * dv, f32, &[link]);
             }
-            let states = self.op_spec(
-                OpSpec {
-                    name: "gated delta rule (chunks)",
-                    inputs: &[link],
-                    out_bytes: chunks * nv * (dk * dv + chunk * dv) * 4.0,
-                    saved: &[link],
-                    fwd_temp: tpad * nv * dv * 4.0,
-                    ..OpSpec::default()
-                },
+            let states = self.op_tmp(
+                "gated delta rule (chunks)",
+                &[link],
+                &[link],
+                chunks * nv * (dk * dv + chunk * dv) * 4.0,
+                tpad * nv * dv * 4.0,
                 f32,
             );
             let o32 = self.op(&[states], t * vd, f32, &[states]);
@@ -1618,30 +1642,28 @@ impl<'c, 'a> Builder<'c, 'a> {
             let ks = self.op(&[kp, g32], 3.0 * kt, f32, &[]);
             let cs = self.op(&[qp, ks], 3.0 * cc, f32, &[]);
             let vs = self.op(&[vp, cs], 2.0 * vt, f32, &[]);
-            let zero = self.op(&[vs], state, f32, &[]);
-            let out = self.op(&[vs], vt, f32, &[]);
-            let qd = self.op(&[qp], kt, f32, &[]);
-            let kd = self.op(&[kp], kt, f32, &[]);
+            let zero = self.op1(vs, state, f32);
+            let out = self.op1(vs, vt, f32);
+            let qd = self.op1(qp, kt, f32);
+            let kd = self.op1(kp, kt, f32);
             // The scan over chunks writes into the output buffer; its last state update
             // holds the state before it, its decayed copy and the chunk's outer product
             // beside the new one (`state * exp(g) + k.T @ v_new`), with the chunk's new
             // values and its read of the state.
-            let last = self.op_spec(
-                OpSpec {
-                    name: "gated delta rule (chunks)",
-                    inputs: &[out, zero, qd, kd],
-                    out_bytes: state * 4.0,
-                    fwd_temp: (2.0 * state + 2.0 * b * nv * chunk * dv) * 4.0,
-                    ..OpSpec::default()
-                },
+            let last = self.op_tmp(
+                "gated delta rule (chunks)",
+                &[out, zero, qd, kd],
+                &[],
+                state * 4.0,
+                (2.0 * state + 2.0 * b * nv * chunk * dv) * 4.0,
                 f32,
             );
             // The cache keeps a copy of the fp32 state.
-            let rs = self.op(&[last], state, f32, &[]);
+            let rs = self.op1(last, state, f32);
             self.cache_kv(rs);
             // The output back in the inputs' dtype, made while the function's locals are
             // still referenced.
-            let o = self.op(&[out], t * vd, c, &[]);
+            let o = self.op1(out, t * vd, c);
             self.tape.touch(&[vp, ks, cs, vs, qd, kd, out]);
             o
         };
@@ -1652,7 +1674,7 @@ impl<'c, 'a> Builder<'c, 'a> {
         let gated = self.mul(n, sz, t * vd);
         let gated = self.cast(gated, t * vd, c);
         self.tape.touch(&[qkvz, act, qsrc, ksrc]);
-        self.linear(gated, lin[2].1, lin[2].0, t)
+        self.proj(gated, &lin, 2, t)
     }
 
     /// A dense MLP of width `i` over `y` (`tokens` rows); under tensor parallelism the
@@ -1662,13 +1684,13 @@ impl<'c, 'a> Builder<'c, 'a> {
         let lin = a.mlp_linears(i);
         let ie = tokens * (i as f64 / self.ctx.tp).ceil();
         if !a.gated {
-            let hdn = self.linear(y, lin[0].1, lin[0].0, tokens);
+            let hdn = self.proj(y, &lin, 0, tokens);
             let act = self.named("act", |b| b.activation(hdn, ie));
-            let out = self.linear(act, lin[1].1, lin[1].0, tokens);
+            let out = self.proj(act, &lin, 1, tokens);
             return self.dropout(out, tokens * a.hidden as f64, a.dropout.resid);
         }
         let (gate, up, down) = if a.fused_gate_up {
-            let gu = self.linear(y, lin[0].1, lin[0].0, tokens);
+            let gu = self.proj(y, &lin, 0, tokens);
             let d = self.d(gu);
             let parts = self.tape.split(gu, &[ie * d.bytes(), ie * d.bytes()]);
             for &p in &parts {
@@ -1676,12 +1698,12 @@ impl<'c, 'a> Builder<'c, 'a> {
             }
             (parts[0], parts[1], lin[1])
         } else {
-            let gate = self.linear(y, lin[0].1, lin[0].0, tokens);
+            let gate = self.proj(y, &lin, 0, tokens);
             (gate, usize::MAX, lin[2])
         };
         let act = self.named("act_fn", |b| b.activation(gate, ie));
         let up = if up == usize::MAX {
-            self.linear(y, lin[1].1, lin[1].0, tokens)
+            self.proj(y, &lin, 1, tokens)
         } else {
             up
         };
@@ -1705,12 +1727,12 @@ impl<'c, 'a> Builder<'c, 'a> {
                 };
                 let pd = self.d(xp);
                 let p3 = self.op(&[xp], elems, pd, &[xp]);
-                let t1 = self.op(&[p3], elems, pd, &[]);
+                let t1 = self.op1(p3, elems, pd);
                 let t2 = self.add(x, t1, elems);
-                let t3 = self.op(&[t2], elems, self.d(t2), &[]);
+                let t3 = self.op1(t2, elems, self.d(t2));
                 let th = self.op_saving_output(&[t3], elems, self.d(t3), Cat::Activations);
-                let u = self.op(&[th], elems, self.d(th), &[]);
-                let hx = self.op(&[x], elems, d, &[]);
+                let u = self.op1(th, elems, self.d(th));
+                let hx = self.op1(x, elems, d);
                 self.mul(hx, u, elems)
             }
         }
@@ -1736,7 +1758,6 @@ impl<'c, 'a> Builder<'c, 'a> {
         let t = ctx.t;
         let e = m.experts as f64;
         let f32 = DType::F32;
-        let trainable = ctx.base_trainable();
         let fp32_router = matches!(
             a.family,
             Family::DeepseekV2 | Family::DeepseekV3 | Family::Glm4Moe
@@ -1745,17 +1766,12 @@ impl<'c, 'a> Builder<'c, 'a> {
             // `F.linear(x.float(), weight.float())`: the fp32 copy of the hidden states and
             // of the router's weight are kept; sigmoid (or softmax) scores in fp32.
             let x32 = self.cast(y, t * a.hidden as f64, f32);
-            let logits = self.op_spec(
-                OpSpec {
-                    name: "router (fp32)",
-                    inputs: &[x32],
-                    out_bytes: t * e * 4.0,
-                    saved: &[x32],
-                    weights_rg: trainable,
-                    param_grads: e * a.hidden as f64 * ctx.g.bytes(),
-                    fwd_temp: e * a.hidden as f64 * 4.0,
-                    ..OpSpec::default()
-                },
+            let logits = self.weighted(
+                "router (fp32)",
+                x32,
+                t * e * 4.0,
+                e * a.hidden as f64 * ctx.g.bytes(),
+                e * a.hidden as f64 * 4.0,
                 f32,
             );
             self.op_saving_output(&[logits], t * e, f32, Cat::Activations)
@@ -1784,7 +1800,6 @@ impl<'c, 'a> Builder<'c, 'a> {
         let t = ctx.t;
         let h = a.hidden as f64;
         let c = ctx.c;
-        let trainable = ctx.base_trainable();
         // Qwen runs the shared expert before the routed ones.
         let shared_first = m.shared_gate;
         let shared = |b: &mut Self, y: Tid| -> Option<Tid> {
@@ -1814,7 +1829,7 @@ impl<'c, 'a> Builder<'c, 'a> {
         // transformers 5 runs the experts outside autocast: in the parameters' dtype.
         let ec = if ctx.autocast { ctx.w } else { c };
         self.native = ctx.autocast;
-        let gathered = self.op(&[y], s * h, ec, &[]);
+        let gathered = self.op1(y, s * h, ec);
         let bias = |on: bool, n: f64| if on { experts * n } else { 0.0 };
         // gpt-oss gathers each row's bias (`selected_biases`), added in place. Without
         // autograd the gathered biases are a local, the up projection's until the down
@@ -1822,24 +1837,19 @@ impl<'c, 'a> Builder<'c, 'a> {
         // they count as the products' workspace.
         let held_bias = m.expert_bias && !ctx.train;
         let up_bias = held_bias.then(|| self.op(&[], s * per, ec, &[]));
-        let gu = self.op_spec(
-            OpSpec {
-                name: "experts gate_up (grouped_mm)",
-                inputs: &[gathered],
-                out_bytes: s * per * ec.bytes(),
-                saved: &[gathered],
-                weights_rg: trainable,
-                param_grads: (experts * per * h + bias(m.expert_bias, per)) * ctx.g.bytes(),
-                fwd_temp: if m.expert_bias && !held_bias {
-                    s * per * ec.bytes()
-                } else {
-                    0.0
-                },
-                ..OpSpec::default()
+        let gu = self.weighted(
+            "experts gate_up (grouped_mm)",
+            gathered,
+            s * per * ec.bytes(),
+            (experts * per * h + bias(m.expert_bias, per)) * ctx.g.bytes(),
+            if m.expert_bias && !held_bias {
+                s * per * ec.bytes()
+            } else {
+                0.0
             },
             ec,
         );
-        let filled = self.op(&[gu], s * per, ec, &[]);
+        let filled = self.op1(gu, s * per, ec);
         let ie = s * i;
         let gated = if !a.gated {
             self.activation(filled, ie)
@@ -1854,10 +1864,10 @@ impl<'c, 'a> Builder<'c, 'a> {
                 // (the masked projection) live until it returns.
                 let cg = self.op(&[parts[0]], ie, ec, &[]);
                 let cu = self.op(&[parts[1]], ie, ec, &[]);
-                let ga = self.op(&[cg], ie, ec, &[]);
-                let sg = self.op(&[ga], ie, ec, &[]);
+                let ga = self.op1(cg, ie, ec);
+                let sg = self.op1(ga, ie, ec);
                 let glu = self.op(&[cg, sg], ie, ec, &[]);
-                let up1 = self.op(&[cu], ie, ec, &[]);
+                let up1 = self.op1(cu, ie, ec);
                 let out = self.op(&[up1, glu], ie, ec, &[]);
                 self.tape.touch(&[cg, cu, glu, filled]);
                 out
@@ -1865,11 +1875,11 @@ impl<'c, 'a> Builder<'c, 'a> {
                 // Clamped SwiGLU: clamp keeps its input; `gate * sigmoid(gate * α)` and
                 // `(up + 1) * glu` keep their operands.
                 let cg = self.op(&[parts[0]], ie, ec, &[parts[0]]);
-                let ga = self.op(&[cg], ie, ec, &[]);
+                let ga = self.op1(cg, ie, ec);
                 let sg = self.op_saving_output(&[ga], ie, ec, Cat::Activations);
                 let glu = self.mul(cg, sg, ie);
                 let cu = self.op(&[parts[1]], ie, ec, &[parts[1]]);
-                let up1 = self.op(&[cu], ie, ec, &[]);
+                let up1 = self.op1(cu, ie, ec);
                 self.mul(up1, glu, ie)
             } else {
                 let act = self.activation(parts[0], ie);
@@ -1880,37 +1890,31 @@ impl<'c, 'a> Builder<'c, 'a> {
         if let Some(b) = up_bias {
             self.tape.touch(&[b]);
         }
-        let dn = self.op_spec(
-            OpSpec {
-                name: "experts down (grouped_mm)",
-                inputs: &[gated],
-                out_bytes: s * h * ec.bytes(),
-                saved: &[gated],
-                weights_rg: trainable,
-                param_grads: (experts * i * h + bias(m.expert_bias, h)) * ctx.g.bytes(),
-                fwd_temp: if m.expert_bias && !held_bias {
-                    s * h * ec.bytes()
-                } else {
-                    0.0
-                },
-                ..OpSpec::default()
+        let dn = self.weighted(
+            "experts down (grouped_mm)",
+            gated,
+            s * h * ec.bytes(),
+            (experts * i * h + bias(m.expert_bias, h)) * ctx.g.bytes(),
+            if m.expert_bias && !held_bias {
+                s * h * ec.bytes()
+            } else {
+                0.0
             },
             ec,
         );
         self.native = false;
-        let filled2 = self.op(&[dn], s * h, ec, &[]);
+        let filled2 = self.op1(dn, s * h, ec);
         let wd2 = promote(ec, wd);
-        let weighted = self.op_spec(
-            OpSpec {
-                inputs: &[filled2, weights],
-                out_bytes: s * h * wd2.bytes(),
-                saved: &[filled2, weights],
-                ..OpSpec::default()
-            },
+        let weighted = self.op_tmp(
+            "",
+            &[filled2, weights],
+            &[filled2, weights],
+            s * h * wd2.bytes(),
+            0.0,
             wd2,
         );
-        let ordered = self.op(&[weighted], s * h, wd2, &[]);
-        let summed = self.op(&[ordered], t * h, wd2, &[]);
+        let ordered = self.op1(weighted, s * h, wd2);
+        let summed = self.op1(ordered, t * h, wd2);
         // Locals of the experts' forward until it returns: the gathered rows and the last
         // `proj_out` (the down projection's, masked).
         self.tape.touch(&[gathered, filled2]);
@@ -1936,24 +1940,19 @@ impl<'c, 'a> Builder<'c, 'a> {
         let t = ctx.t;
         let h = a.hidden as f64;
         let c = ctx.c;
-        let trainable = ctx.base_trainable();
         let e = m.experts as f64;
         let router = Linear::new(a.hidden, m.experts, false);
         let logits = self.linear(y, router, "router", t);
-        let scores = self.op(&[logits], t * e, c, &[]);
+        let scores = self.op1(logits, t * e, c);
         let i = (m.expert_intermediate as f64 / ctx.tp).ceil();
-        let rin = self.op(&[y], e * t * h, c, &[]);
+        let rin = self.op1(y, e * t * h, c);
         let scaled = self.mul(rin, scores, e * t * h);
-        let gu = self.op_spec(
-            OpSpec {
-                name: "experts gate_up (bmm)",
-                inputs: &[scaled],
-                out_bytes: e * t * 2.0 * i * c.bytes(),
-                saved: &[scaled],
-                weights_rg: trainable,
-                param_grads: e * 2.0 * i * h * ctx.g.bytes(),
-                ..OpSpec::default()
-            },
+        let gu = self.weighted(
+            "experts gate_up (bmm)",
+            scaled,
+            e * t * 2.0 * i * c.bytes(),
+            e * 2.0 * i * h * ctx.g.bytes(),
+            0.0,
             c,
         );
         let ie = e * t * i;
@@ -1963,20 +1962,16 @@ impl<'c, 'a> Builder<'c, 'a> {
         }
         let act = self.activation(parts[0], ie);
         let mm = self.mul(parts[1], act, ie);
-        let dn = self.op_spec(
-            OpSpec {
-                name: "experts down (bmm)",
-                inputs: &[mm],
-                out_bytes: e * t * h * c.bytes(),
-                saved: &[mm],
-                weights_rg: trainable,
-                param_grads: e * i * h * ctx.g.bytes(),
-                ..OpSpec::default()
-            },
+        let dn = self.weighted(
+            "experts down (bmm)",
+            mm,
+            e * t * h * c.bytes(),
+            e * i * h * ctx.g.bytes(),
+            0.0,
             c,
         );
         let shared = self.mlp(y, m.shared_width(), t);
-        let summed = self.op(&[dn], t * h, c, &[]);
+        let summed = self.op1(dn, t * h, c);
         // `out.add_(…)`: in place on the shared expert's output. The scaled rows
         // (`routed_in`) are a local until the block returns.
         let out = self.add(shared, summed, t * h);
@@ -1997,7 +1992,7 @@ impl<'c, 'a> Builder<'c, 'a> {
     /// `residual + x` (Granite scales `x` by its residual multiplier first).
     fn residual(&mut self, r: Tid, x: Tid, elems: f64) -> Tid {
         let x = if self.ctx.arch.family == Family::Granite {
-            self.op(&[x], elems, self.d(x), &[])
+            self.op1(x, elems, self.d(x))
         } else {
             x
         };
@@ -2183,7 +2178,7 @@ impl<'c, 'a> Builder<'c, 'a> {
         } else if matches!(a.family, Family::Gemma2 | Family::Gemma3 | Family::Granite) {
             // Gemma scales the embeddings by sqrt(hidden), Granite by its multiplier: a new
             // tensor (Gemma's model keeps `inputs_embeds` referenced through the forward).
-            let scaled = self.op(&[e], t * h, ed, &[]);
+            let scaled = self.op1(e, t * h, ed);
             self.model_locals(ed);
             self.dropout(scaled, t * h, a.dropout.embd)
         } else {
@@ -2239,7 +2234,7 @@ impl<'c, 'a> Builder<'c, 'a> {
             let mask = match ctx.attention {
                 Attention::Eager => {
                     let allowed = self.op(&[], b * s * s, DType::I8, &[]);
-                    self.op(&[allowed], b * s * s, d, &[])
+                    self.op1(allowed, b * s * s, d)
                 }
                 // Falcon materialises its causal mask always (`allow_is_causal_skip=False`).
                 Attention::Sdpa if self.masked(k) || a.family == Family::Falcon => {
@@ -2267,7 +2262,7 @@ impl<'c, 'a> Builder<'c, 'a> {
         if !ctx.train {
             // generate(): logits of the last position only, then an fp32 copy.
             let rows = ctx.batch;
-            let last = self.op(&[y], rows * h, self.d(y), &[]);
+            let last = self.op1(y, rows * h, self.d(y));
             let l = self.head_linear(last, head, rows);
             let l = self.logit_ops(l);
             let l32 = self.cast(l, rows * v, DType::F32);

@@ -495,7 +495,7 @@ fn index_list(o: &Obj<'_>, key: &str, layers: u64) -> Result<Option<Vec<u64>>> {
             None => return Err(bad("must list layer indices (whole numbers)")),
         }
     }
-    out.sort_unstable();
+    crate::order::sort(&mut out);
     out.dedup();
     Ok(Some(out))
 }
