@@ -735,6 +735,20 @@ fn widgets_share_one_state_that_the_url_carries() {
         );
         assert!(!label.trim().is_empty(), "{css} has no accessible name");
     }
+    // A page has several toolbars: each is named after its chart.
+    let (_, tools) = c
+        .accessibility(&c.find("[data-widget=sweep] .gm-tools").unwrap())
+        .unwrap();
+    let title = c
+        .eval(
+            "return document.querySelector('[data-widget=sweep] .gm-title').textContent",
+            json!([]),
+        )
+        .unwrap();
+    assert!(
+        tools.starts_with("Share and export:") && tools.contains(title.as_str().unwrap()),
+        "{tools}"
+    );
     let (_, chart_label) = c
         .accessibility(&c.find("[data-widget=breakdown] svg.gm-chart").unwrap())
         .unwrap();
@@ -1349,6 +1363,19 @@ fn the_5d_panel_takes_multi_digit_numbers() {
             )
             .unwrap();
         assert_eq!(after, before, "{field}={typed:?} left in the field");
+        // The reason describes the field it is about.
+        let described = c
+            .eval(
+                &format!("var i = document.querySelector('[data-widget=parallelism] input[id$=-{field}]'); \
+                          var d = i.getAttribute('aria-describedby'); \
+                          return d !== null && document.getElementById(d) === {err}"),
+                json!([]),
+            )
+            .unwrap();
+        assert_eq!(
+            described, true,
+            "{field}={typed:?}: not described by the reason"
+        );
         assert!(c
             .eval(&format!("return {sub}"), json!([]))
             .unwrap()
@@ -1362,6 +1389,16 @@ fn the_5d_panel_takes_multi_digit_numbers() {
             .unwrap();
         c.wait_for(&format!("return {err} === null"), Duration::from_secs(10))
             .unwrap_or_else(|e| panic!("{field}: the reason stays after {again}: {e}"));
+        let described = c
+            .eval(
+                &format!("return document.querySelector('[data-widget=parallelism] input[id$=-{field}]').hasAttribute('aria-describedby')"),
+                json!([]),
+            )
+            .unwrap();
+        assert_eq!(
+            described, false,
+            "{field}: still described by a reason gone"
+        );
     }
     assert_no_console_errors(&c);
 }

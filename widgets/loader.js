@@ -44,6 +44,26 @@ if (document.querySelector("[data-gpumem]")) {
       t.dispatchEvent(new Event("change", { bubbles: true }));
     }
   });
+  // The reason a number was refused describes the field it was typed in (which shows the
+  // value in use again, so it is not marked invalid) until the reason goes.
+  let changed = null;
+  document.addEventListener("change", (e) => {
+    if (e.target.matches?.(".gm-num-input input")) changed = e.target;
+  }, true);
+  new MutationObserver(() => {
+    const f = changed;
+    if (!f) return;
+    const note = f.closest("[data-gpumem]")?.querySelector(".gm-error[role=alert]");
+    if (note) {
+      note.id ||= `${f.id}-refused`;
+      for (const o of document.querySelectorAll(`[aria-describedby="${note.id}"]`)) {
+        if (o !== f) o.removeAttribute("aria-describedby");
+      }
+      f.setAttribute("aria-describedby", note.id);
+    } else if (f.hasAttribute("aria-describedby")) {
+      f.removeAttribute("aria-describedby");
+    }
+  }).observe(document.body, { subtree: true, childList: true });
   // A screen reader hears the widget the reader works in, not every widget a change reaches
   // (a slider's step changed six live regions on the budget page): live regions outside the
   // widget that has the focus are quiet until the focus comes to theirs.

@@ -222,8 +222,12 @@ pub fn use_toolbar(init: &crate::Init, settings: String) -> Html {
             crate::export::run(what, &e, &name, &settings, report);
         })
     };
+    // Named after the chart it serves (a page has several such toolbars).
+    let label_id = init.id("tools");
+    let labelled_by = format!("{label_id} {}", init.id("title"));
     html! {
-        <div class="gm-tools" role="toolbar" aria-label="Share and export">
+        <div class="gm-tools" role="toolbar" aria-labelledby={labelled_by}>
+            <span id={label_id} hidden=true>{ "Share and export:" }</span>
             <button type="button" onclick={act("link")}>{ "Copy link" }</button>
             <button type="button" onclick={act("svg")}>{ "Save SVG" }</button>
             <button type="button" onclick={act("png")}>{ "Save PNG" }</button>
