@@ -3,7 +3,8 @@
 Run by hand:  python tools/oracle/families.py [--only NAME ...] [--list]
 
 Each case is a *small but realistically shaped* config: the published config of a released
-model (tests/data/models/configs/) with fewer layers — every other width, head count, vocab,
+model (tests/data/models/configs/; for OLMo 3, none stored here, transformers' Olmo3Config
+defaults) with fewer layers — every other width, head count, vocab,
 expert count, top-k and feature kept — and the layer pattern cut so that every kind of layer
 the family has is present (sliding and full, linear-attention and full, dense-first and MoE,
 RoPE and NoPE). The small configs are written to tests/data/oracle/families/<case>.json and run
@@ -109,7 +110,25 @@ def small_configs():
     # out-of-place gradient sum, and its math-path attention the peak of long ones at the softmax
     # backward (CUDA's temporary, not the CPU's): untied, at 512 tokens, neither is the peak.
     c["falcon-7b-L4-untied"] = ("falcon-7b", cut(base("falcon-7b"), 4, tie_word_embeddings=False))
+    # OLMo 3: no published config.json is stored here; transformers' own Olmo3Config defaults
+    # (a 7B-like shape: 4096 wide, 32 heads, MHA; a 4096-token window on three layers of four)
+    # cut to 4 layers: three sliding, one full.
+    c["olmo3-defaults-L4"] = (TRANSFORMERS_DEFAULTS + "Olmo3Config", cut(olmo3_defaults(), 4))
     return c
+
+
+# A case whose config is transformers' defaults for the class named after this prefix.
+TRANSFORMERS_DEFAULTS = "transformers:"
+
+
+def olmo3_defaults():
+    from transformers import Olmo3Config
+    d = Olmo3Config().to_dict()
+    keep = ("model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+            "num_attention_heads", "num_key_value_heads", "hidden_act", "max_position_embeddings",
+            "rms_norm_eps", "attention_bias", "attention_dropout", "sliding_window", "layer_types",
+            "tie_word_embeddings", "pad_token_id", "eos_token_id", "rope_parameters")
+    return {k: d[k] for k in keep if k in d}
 
 
 # Cases whose CPU-oracle peak is not what a GPU does, and why (kept out of the engine's bounds).
@@ -158,6 +177,8 @@ RUNS = [(n, 2048, 0, "eager" if n in EAGER_ONLY else "sdpa") for n in small_conf
     ("starcoder2-7b-L4-nodrop", 4096, 0, "sdpa"),
     ("falcon-7b-L4", 512, 0, "sdpa"),
     ("falcon-7b-L4-untied", 512, 0, "sdpa"),
+    # Beyond the window: the sliding layers' mask is made.
+    ("olmo3-defaults-L4", 8192, 0, "sdpa"),
 ]
 
 
@@ -278,7 +299,9 @@ def main():
                                       "mem_end_of_step", "params")}
         expect["mem_after_model"] = rec["mem_after_model"]
         expect["oom"] = False
-        old[name] = {"name": name, "family": d.get("model_type"), "from_config": f"tests/data/models/configs/{src}.json",
+        from_config = (src if src.startswith(TRANSFORMERS_DEFAULTS)
+                       else f"tests/data/models/configs/{src}.json")
+        old[name] = {"name": name, "family": d.get("model_type"), "from_config": from_config,
                      "scenario": scen, "expect": expect, "command": shown, "versions": versions, "machine": machine}
         if name in NOT_GPU:
             old[name]["gpu_valid"] = False

@@ -43,6 +43,8 @@ pub enum Family {
     Phi3,
     /// OLMo 2: full-width QK-norm, norms after attention and MLP.
     Olmo2,
+    /// OLMo 3: OLMo 2's layer with sliding-window attention on three layers of four.
+    Olmo3,
     /// GLM-4.5 / 4.6 / 4.7 (`glm4_moe`): partial RoPE, dense first layers, shared expert.
     Glm4Moe,
     /// gpt-oss: attention sinks, biased experts with a clamped SwiGLU, sliding/full layers.
@@ -83,6 +85,7 @@ impl Family {
             Family::Llama4 => "llama4_text",
             Family::Phi3 => "phi3",
             Family::Olmo2 => "olmo2",
+            Family::Olmo3 => "olmo3",
             Family::Glm4Moe => "glm4_moe",
             Family::GptOss => "gpt_oss",
             Family::SmolLm3 => "smollm3",
@@ -96,7 +99,7 @@ impl Family {
     }
 
     /// Every family, in the order `model_type` errors list them.
-    pub const ALL: [Family; 25] = [
+    pub const ALL: [Family; 26] = [
         Family::Gpt2,
         Family::Llama,
         Family::Mistral,
@@ -111,6 +114,7 @@ impl Family {
         Family::Llama4,
         Family::Phi3,
         Family::Olmo2,
+        Family::Olmo3,
         Family::Glm4Moe,
         Family::GptOss,
         Family::DeepseekV2,

@@ -937,7 +937,9 @@ impl<'c, 'a> Builder<'c, 'a> {
     fn rope_style(&self) -> RopeStyle {
         let a = self.ctx.arch;
         match a.family {
-            Family::Cohere | Family::Cohere2 | Family::Olmo2 | Family::Llama4 => RopeStyle::Fp32,
+            Family::Cohere | Family::Cohere2 | Family::Olmo2 | Family::Olmo3 | Family::Llama4 => {
+                RopeStyle::Fp32
+            }
             Family::Phi3 | Family::GptNeox | Family::GptOss => RopeStyle::Cat,
             _ if a.rope_dim < a.head_dim => RopeStyle::Cat,
             _ => RopeStyle::Plain,
@@ -2195,9 +2197,9 @@ impl<'c, 'a> Builder<'c, 'a> {
     /// returns: the rotary tables and the attention masks.
     ///
     /// - RoPE's `cos` and `sin` (`position_embeddings`), `[b, s, rope_dim]` each in the
-    ///   hidden states' dtype: gpt-oss's are half as wide (not concatenated), Llama 4's one
-    ///   complex64 table `[b, s, rope_dim / 2]`, Gemma 3 has a second pair for its sliding
-    ///   layers. In training every rotation also saves them, until the first layer's
+    ///   hidden states' dtype: gpt-oss's are half as wide (not concatenated), Llama 4's and
+    ///   DeepSeek-V2's one complex64 table `[b, s, rope_dim / 2]`, OLMo's in fp32; Gemma 3
+    ///   and OLMo 3 have a second pair for their sliding layers. In training every rotation also saves them, until the first layer's
     ///   backward; they are counted through the forward only (a few MB at most, beside
     ///   the saved activations of every layer).
     /// - One mask per kind of attention layer (`create_causal_mask`, and the sliding-window
@@ -2211,16 +2213,21 @@ impl<'c, 'a> Builder<'c, 'a> {
         let kinds = a.kinds();
         if a.rope_dim > 0 && kinds.iter().any(|k| !k.nope && k.attn != AttnType::Linear) {
             let r = a.rope_dim as f64;
-            let tables: &[f64] = match a.family {
-                Family::GptOss => &[r / 2.0, r / 2.0],
-                Family::Llama4 => &[r / 2.0 * 4.0],
-                Family::Gemma3 if kinds.iter().any(|k| k.attn == AttnType::Sliding) => {
-                    &[r, r, r, r]
-                }
-                _ => &[r, r],
+            let sliding = kinds.iter().any(|k| k.attn == AttnType::Sliding);
+            let f32 = DType::F32;
+            let (tables, td): (&[f64], DType) = match a.family {
+                Family::GptOss => (&[r / 2.0, r / 2.0], d),
+                // One complex64 table, `[b, s, rope_dim / 2]`: 8 bytes an entry.
+                Family::Llama4 | Family::DeepseekV2 => (&[r], f32),
+                Family::Gemma3 if sliding => (&[r, r, r, r], d),
+                // OLMo's rotary returns its tables uncast, in fp32; OLMo 3 makes a pair for
+                // each kind of layer.
+                Family::Olmo3 if sliding => (&[r, r, r, r], f32),
+                Family::Olmo2 | Family::Olmo3 => (&[r, r], f32),
+                _ => (&[r, r], d),
             };
             for &w in tables {
-                let t = self.op(&[], b * s * w, d, &[]);
+                let t = self.op(&[], b * s * w, td, &[]);
                 self.tape.hold_local(t);
                 self.locals_hold += self.tape.bytes(t);
             }

@@ -802,21 +802,21 @@ fn parse_decoder(o: &Obj<'_>, family: Family) -> Result<Architecture> {
     // Norms and the block's layout.
     a.norm = match family {
         Gemma2 | Gemma3 | Qwen3Next => Norm::RmsOffset,
-        Olmo2 | GptOss => Norm::RmsWeightFirst,
+        Olmo2 | Olmo3 | GptOss => Norm::RmsWeightFirst,
         Falcon | GptNeox | Starcoder2 => Norm::LayerNorm,
         Cohere | Cohere2 => Norm::CohereLayerNorm,
         _ => Norm::Rms,
     };
     a.block = match family {
         Gemma2 | Gemma3 => Block::Sandwich,
-        Olmo2 => Block::Post,
+        Olmo2 | Olmo3 => Block::Post,
         Cohere | Cohere2 => Block::Parallel,
         GptNeox if o.bool_opt("use_parallel_residual")?.unwrap_or(true) => Block::ParallelTwoNorms,
         _ => Block::Pre,
     };
     a.qk_norm = match family {
         Qwen3 | Qwen3Moe | Qwen3Next | Gemma3 => QkNorm::Head,
-        Olmo2 => QkNorm::Full,
+        Olmo2 | Olmo3 => QkNorm::Full,
         Glm4Moe if o.bool_opt("use_qk_norm")?.unwrap_or(false) => QkNorm::Head,
         Llama4 if o.bool_opt("use_qk_norm")?.unwrap_or(true) => QkNorm::L2,
         Cohere if o.bool_opt("use_qk_norm")?.unwrap_or(false) => QkNorm::CohereHead,
@@ -913,6 +913,11 @@ fn parse_decoder(o: &Obj<'_>, family: Family) -> Result<Architecture> {
                 AttnType::Sliding,
             )),
         ),
+        // OLMo 3's window applies to the sliding layers only when it is set (null: all full).
+        Olmo3 => {
+            let w = window(Some(4096))?;
+            (w, w.map(|_| every(4, AttnType::Full, AttnType::Sliding)))
+        }
         Cohere2 => (
             window(Some(4096))?,
             Some(every(
@@ -1355,13 +1360,16 @@ fn all_keys(a: &Architecture) -> Map<String, Value> {
     match a.sliding_window {
         Some(w) => put("sliding_window", w.into()),
         // An explicit null where the family's default is a window.
-        None if matches!(f, Mistral | Gemma2 | Gemma3 | Cohere2 | GptOss) => {
+        None if matches!(f, Mistral | Gemma2 | Gemma3 | Cohere2 | GptOss | Olmo3) => {
             put("sliding_window", Value::Null)
         }
         None => {}
     }
     if !a.layer_types.is_empty()
-        || matches!(f, Gemma2 | Gemma3 | Cohere2 | GptOss | Qwen3Next | Llama4)
+        || matches!(
+            f,
+            Gemma2 | Gemma3 | Cohere2 | GptOss | Qwen3Next | Llama4 | Olmo3
+        )
     {
         let p: String = if a.layer_types.is_empty() {
             "f".into()
