@@ -3,8 +3,8 @@
 Run by hand:  python tools/oracle/families.py [--only NAME ...] [--list]
 
 Each case is a *small but realistically shaped* config: the published config of a released
-model (tests/data/models/configs/; for OLMo 3, none stored here, transformers' Olmo3Config
-defaults) with fewer layers — every other width, head count, vocab,
+model (tests/data/models/configs/; for OLMo 3 and Seed-OSS, none stored here, transformers'
+default configs) with fewer layers — every other width, head count, vocab,
 expert count, top-k and feature kept — and the layer pattern cut so that every kind of layer
 the family has is present (sliding and full, linear-attention and full, dense-first and MoE,
 RoPE and NoPE). The small configs are written to tests/data/oracle/families/<case>.json and run
@@ -114,6 +114,13 @@ def small_configs():
     # (a 7B-like shape: 4096 wide, 32 heads, MHA; a 4096-token window on three layers of four)
     # cut to 4 layers: three sliding, one full.
     c["olmo3-defaults-L4"] = (TRANSFORMERS_DEFAULTS + "Olmo3Config", cut(olmo3_defaults(), 4))
+    # Seed-OSS: the same, from SeedOssConfig's defaults (Seed-OSS-36B's shape: 80 query heads
+    # of 128 over a 4096-wide stream, 8 KV heads, biased q/k/v, dropout 0.1 on the attention
+    # and both residual branches), and without dropout (CPU SDPA runs dropout on its math path).
+    so = defaults("SeedOssConfig", ("attention_out_bias", "residual_dropout", "mlp_bias", "head_dim"))
+    c["seed-oss-defaults-L4"] = (TRANSFORMERS_DEFAULTS + "SeedOssConfig", cut(so, 4))
+    c["seed-oss-defaults-L4-nodrop"] = (TRANSFORMERS_DEFAULTS + "SeedOssConfig",
+                                        cut(so, 4, attention_dropout=0.0, residual_dropout=0.0))
     return c
 
 
@@ -121,14 +128,19 @@ def small_configs():
 TRANSFORMERS_DEFAULTS = "transformers:"
 
 
-def olmo3_defaults():
-    from transformers import Olmo3Config
-    d = Olmo3Config().to_dict()
+def defaults(cls, extra=()):
+    """transformers' default config of class `cls`: the keys that shape a decoder."""
+    import transformers
+    d = getattr(transformers, cls)().to_dict()
     keep = ("model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
             "num_attention_heads", "num_key_value_heads", "hidden_act", "max_position_embeddings",
             "rms_norm_eps", "attention_bias", "attention_dropout", "sliding_window", "layer_types",
-            "tie_word_embeddings", "pad_token_id", "eos_token_id", "rope_parameters")
+            "tie_word_embeddings", "pad_token_id", "eos_token_id", "rope_parameters") + tuple(extra)
     return {k: d[k] for k in keep if k in d}
+
+
+def olmo3_defaults():
+    return defaults("Olmo3Config")
 
 
 # Cases whose CPU-oracle peak is not what a GPU does, and why (kept out of the engine's bounds).
@@ -143,6 +155,8 @@ NOT_GPU = {
         "MLA q/k head dim 192 != v head dim 128: CPU SDPA takes the math path (CUDA: memory-efficient kernel)",
     "deepseek-v3-L2-e32 bf16-adamw b=1 s=2048 ck=0 sdpa train":
         "MLA q/k head dim 192 != v head dim 128: CPU SDPA takes the math path; first_k_dense_replace 3 > 2 layers makes both layers dense",
+    "seed-oss-defaults-L4 bf16-adamw b=1 s=2048 ck=0 sdpa train":
+        "attention_dropout 0.1: CPU SDPA has no fused dropout, takes the math path and keeps probabilities and masks",
     "falcon-7b-L4 bf16-adamw b=1 s=2048 ck=0 sdpa train":
         "peak at the math path's softmax backward: CUDA's kernel forms grad*output as a temporary the size of the scores, the CPU kernel does not",
     "command-r-v01-L2 bf16-adamw b=1 s=2048 ck=0 sdpa train":

@@ -63,6 +63,9 @@ pub enum Family {
     Cohere,
     /// Cohere2 (Command R7B): Cohere with sliding layers and NoPE full layers.
     Cohere2,
+    /// Seed-OSS: the Llama layer with biased q/k/v, and dropout on the attention and both
+    /// residual branches by default.
+    SeedOss,
 }
 
 impl Family {
@@ -95,11 +98,12 @@ impl Family {
             Family::Starcoder2 => "starcoder2",
             Family::Cohere => "cohere",
             Family::Cohere2 => "cohere2",
+            Family::SeedOss => "seed_oss",
         }
     }
 
     /// Every family, in the order `model_type` errors list them.
-    pub const ALL: [Family; 26] = [
+    pub const ALL: [Family; 27] = [
         Family::Gpt2,
         Family::Llama,
         Family::Mistral,
@@ -126,6 +130,7 @@ impl Family {
         Family::Starcoder2,
         Family::Cohere,
         Family::Cohere2,
+        Family::SeedOss,
     ];
 }
 

@@ -210,6 +210,7 @@ pub const HF_KEYS: &[&str] = &[
     "n_positions",
     "resid_pdrop",
     "attention_bias",
+    "attention_out_bias",
     "attention_dropout",
     "head_dim",
     "hidden_act",
@@ -707,7 +708,7 @@ fn parse_decoder(o: &Obj<'_>, family: Family) -> Result<Architecture> {
         _ => o.bounded_req("intermediate_size", 1, MAX_FFN)?,
     };
     let kv_default = match family {
-        Mistral | Mixtral | Llama4 | GptOss | Glm4Moe => 8,
+        Mistral | Mixtral | Llama4 | GptOss | Glm4Moe | SeedOss => 8,
         Qwen2 | Qwen3 => 32,
         Qwen2Moe => 16,
         Qwen3Moe | Gemma2 | Gemma3 | SmolLm3 => 4,
@@ -734,7 +735,7 @@ fn parse_decoder(o: &Obj<'_>, family: Family) -> Result<Architecture> {
         _ => match o.dim_opt("head_dim")? {
             Some(d) => d,
             None => match family {
-                Qwen3 | Llama4 => 128,
+                Qwen3 | Llama4 | SeedOss => 128,
                 Gemma2 | Gemma3 | Qwen3Next => 256,
                 GptOss => 64,
                 _ => derived(&a)?,
@@ -759,6 +760,10 @@ fn parse_decoder(o: &Obj<'_>, family: Family) -> Result<Architecture> {
     (a.qkv_bias, a.o_bias) = match family {
         Mistral | Mixtral | Phi3 => (false, false),
         Qwen2 => (true, false),
+        SeedOss => (
+            attention_bias.unwrap_or(true),
+            o.bool_opt("attention_out_bias")?.unwrap_or(false),
+        ),
         Qwen2Moe => (o.bool_opt("qkv_bias")?.unwrap_or(true), false),
         Glm4Moe => (bias, false),
         DeepseekV2 | DeepseekV3 => (bias, false),
@@ -779,12 +784,13 @@ fn parse_decoder(o: &Obj<'_>, family: Family) -> Result<Architecture> {
         }
         _ => (bias, bias),
     };
-    if matches!(family, Llama | Granite | SmolLm3 | DeepseekV2) {
+    if matches!(family, Llama | Granite | SmolLm3 | DeepseekV2 | SeedOss) {
         a.mlp_bias = o.bool_opt("mlp_bias")?.unwrap_or(false);
     }
     // Dropout: attention probabilities, and the residual branches / embeddings where the
     // family has them.
-    a.dropout.attn = o.prob_opt("attention_dropout")?.unwrap_or(0.0);
+    let p_default = if family == SeedOss { 0.1 } else { 0.0 };
+    a.dropout.attn = o.prob_opt("attention_dropout")?.unwrap_or(p_default);
     match family {
         Phi3 => {
             a.dropout.resid = o.prob_opt("resid_pdrop")?.unwrap_or(0.0);
@@ -796,6 +802,9 @@ fn parse_decoder(o: &Obj<'_>, family: Family) -> Result<Architecture> {
         }
         Falcon | GptNeox => {
             a.dropout.resid = o.prob_opt("hidden_dropout")?.unwrap_or(0.0);
+        }
+        SeedOss => {
+            a.dropout.resid = o.prob_opt("residual_dropout")?.unwrap_or(p_default);
         }
         _ => {}
     }
@@ -1317,9 +1326,13 @@ fn all_keys(a: &Architecture) -> Map<String, Value> {
         Mistral | Mixtral | Phi3 | Qwen2 | Falcon | GptNeox => {}
         Qwen2Moe => put("qkv_bias", a.qkv_bias.into()),
         Starcoder2 => put("use_bias", a.qkv_bias.into()),
+        SeedOss => {
+            put("attention_bias", a.qkv_bias.into());
+            put("attention_out_bias", a.o_bias.into());
+        }
         _ => put("attention_bias", a.qkv_bias.into()),
     }
-    if matches!(f, Llama | Granite | SmolLm3 | DeepseekV2) {
+    if matches!(f, Llama | Granite | SmolLm3 | DeepseekV2 | SeedOss) {
         put("mlp_bias", a.mlp_bias.into());
     }
     put("attention_dropout", a.dropout.attn.into());
@@ -1332,6 +1345,7 @@ fn all_keys(a: &Architecture) -> Map<String, Value> {
             put("residual_dropout", a.dropout.resid.into());
             put("embedding_dropout", a.dropout.embd.into());
         }
+        SeedOss => put("residual_dropout", a.dropout.resid.into()),
         Falcon | GptNeox => put("hidden_dropout", a.dropout.resid.into()),
         _ => {}
     }
