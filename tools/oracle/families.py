@@ -3,8 +3,8 @@
 Run by hand:  python tools/oracle/families.py [--only NAME ...] [--list]
 
 Each case is a *small but realistically shaped* config: the published config of a released
-model (tests/data/models/configs/; for OLMo 3 and Seed-OSS, none stored here, transformers'
-default configs) with fewer layers — every other width, head count, vocab,
+model (tests/data/models/configs/; for OLMo 3, Seed-OSS and GLM-4, none stored here,
+transformers' default configs) with fewer layers — every other width, head count, vocab,
 expert count, top-k and feature kept — and the layer pattern cut so that every kind of layer
 the family has is present (sliding and full, linear-attention and full, dense-first and MoE,
 RoPE and NoPE). The small configs are written to tests/data/oracle/families/<case>.json and run
@@ -121,6 +121,10 @@ def small_configs():
     c["seed-oss-defaults-L4"] = (TRANSFORMERS_DEFAULTS + "SeedOssConfig", cut(so, 4))
     c["seed-oss-defaults-L4-nodrop"] = (TRANSFORMERS_DEFAULTS + "SeedOssConfig",
                                         cut(so, 4, attention_dropout=0.0, residual_dropout=0.0))
+    # GLM-4 (dense, 0414): Glm4Config's defaults (GLM-4-9B's shape: 32 heads of 128, 2 KV
+    # heads, biased q/k/v, RoPE on half of each head's interleaved pairs, sandwich norms).
+    c["glm4-defaults-L4"] = (TRANSFORMERS_DEFAULTS + "Glm4Config",
+                             cut(defaults("Glm4Config", ("head_dim", "partial_rotary_factor")), 4))
     return c
 
 

@@ -47,6 +47,9 @@ pub enum Family {
     Olmo3,
     /// GLM-4.5 / 4.6 / 4.7 (`glm4_moe`): partial RoPE, dense first layers, shared expert.
     Glm4Moe,
+    /// GLM-4 (`glm4`, the dense 0414 models): sandwich norms, fused gate/up, partial RoPE on
+    /// interleaved pairs.
+    Glm4,
     /// gpt-oss: attention sinks, biased experts with a clamped SwiGLU, sliding/full layers.
     GptOss,
     /// SmolLM3: the Llama layer with NoPE every few layers.
@@ -90,6 +93,7 @@ impl Family {
             Family::Olmo2 => "olmo2",
             Family::Olmo3 => "olmo3",
             Family::Glm4Moe => "glm4_moe",
+            Family::Glm4 => "glm4",
             Family::GptOss => "gpt_oss",
             Family::SmolLm3 => "smollm3",
             Family::Granite => "granite",
@@ -103,7 +107,7 @@ impl Family {
     }
 
     /// Every family, in the order `model_type` errors list them.
-    pub const ALL: [Family; 27] = [
+    pub const ALL: [Family; 28] = [
         Family::Gpt2,
         Family::Llama,
         Family::Mistral,
@@ -120,6 +124,7 @@ impl Family {
         Family::Olmo2,
         Family::Olmo3,
         Family::Glm4Moe,
+        Family::Glm4,
         Family::GptOss,
         Family::DeepseekV2,
         Family::DeepseekV3,

@@ -865,7 +865,8 @@ impl<'c, 'a> Builder<'c, 'a> {
 
     /// Rotary embedding on a projection of `elems` elements, as the family writes it (see
     /// [`RopeStyle`]). The tables are fp32 under autocast, so the result promotes.
-    fn rope(&mut self, x: Tid, elems: f64, style: RopeStyle) -> Tid {
+    /// `tables`: copies of the rotary tables the call makes, which the products save.
+    fn rope(&mut self, x: Tid, elems: f64, style: RopeStyle, tables: &[Tid]) -> Tid {
         let d = if self.ctx.autocast {
             DType::F32
         } else {
@@ -907,7 +908,7 @@ impl<'c, 'a> Builder<'c, 'a> {
             RopeStyle::Cat => 3.0 * elems * d.bytes(),
             RopeStyle::Fp32 => 3.0 * elems * 4.0,
         };
-        self.op_tmp("rotary embedding", &[x], &[], elems * d.bytes(), tmp, d)
+        self.op_tmp("rotary embedding", &[x], tables, elems * d.bytes(), tmp, d)
     }
 
     /// How this model applies RoPE.
@@ -1388,10 +1389,19 @@ impl<'c, 'a> Builder<'c, 'a> {
         if rope && !ctx.train && matches!(a.family, Family::Cohere | Family::Cohere2) {
             (q, k) = self.cohere_rope_nograd(q, k, qe, ke);
         } else if rope {
-            // `apply_rotary_pos_emb(q, k, …)` holds both until it returns.
+            // `apply_rotary_pos_emb(q, k, …)` holds both until it returns. GLM's first
+            // repeats each of the tables' first halves twice (`repeat_interleave`, to rotate
+            // interleaved pairs): two new tensors, which the products save.
+            let tables = if a.family == Family::Glm4 {
+                let td = if ctx.autocast { DType::F32 } else { self.d(q) };
+                let e = ctx.t * a.rope_dim as f64;
+                vec![self.op(&[], e, td, &[]), self.op(&[], e, td, &[])]
+            } else {
+                Vec::new()
+            };
             let (q0, k0) = (q, k);
-            q = self.rope(q, qe, style);
-            k = self.rope(k, ke, style);
+            q = self.rope(q, qe, style, &tables);
+            k = self.rope(k, ke, style, &tables);
             self.tape.touch(&[q0, k0]);
         }
         q = norm(self, q, hq, qe, false);
@@ -1500,8 +1510,8 @@ impl<'c, 'a> Builder<'c, 'a> {
         let kvn = self.rms_norm(parts[0], m.kv_lora_rank as f64, t);
         let dq = m.qk_nope_head_dim + m.qk_rope_head_dim;
         let style = RopeStyle::Plain;
-        let qr = self.rope(q, t * heads * m.qk_rope_head_dim as f64, style);
-        let kr = self.rope(parts[1], t * m.qk_rope_head_dim as f64, style);
+        let qr = self.rope(q, t * heads * m.qk_rope_head_dim as f64, style, &[]);
+        let kr = self.rope(parts[1], t * m.qk_rope_head_dim as f64, style, &[]);
         if !ctx.train {
             self.cache_kv(kvn);
             self.cache_kv(kr);
@@ -2035,19 +2045,33 @@ impl<'c, 'a> Builder<'c, 'a> {
                 self.named("residual", |b| b.residual(r1, m, e))
             }
             Block::Sandwich => {
+                // The same four norms, as Gemma and GLM-4 name them.
+                let [n_attn, n_pre, n_mlp] = if a.family == Family::Glm4 {
+                    [
+                        "post_self_attn_layernorm",
+                        "post_attention_layernorm",
+                        "post_mlp_layernorm",
+                    ]
+                } else {
+                    [
+                        "post_attention_layernorm",
+                        "pre_feedforward_layernorm",
+                        "post_feedforward_layernorm",
+                    ]
+                };
                 let y = self.named("input_layernorm", |b| b.norm(x, h, ctx.tsp));
                 let yf = self.enter_tp(y, h);
                 let o = self.named("self_attn", |b| b.attention(yf, kind));
                 let o = self.leave_tp(o, h);
                 self.tape.touch(&[y]);
-                let o2 = self.named("post_attention_layernorm", |b| b.norm(o, h, ctx.tsp));
+                let o2 = self.named(n_attn, |b| b.norm(o, h, ctx.tsp));
                 let r1 = self.named("residual", |b| b.add(x, o2, e));
-                let y2 = self.named("pre_feedforward_layernorm", |b| b.norm(r1, h, ctx.tsp));
+                let y2 = self.named(n_pre, |b| b.norm(r1, h, ctx.tsp));
                 let y2f = self.enter_tp(y2, h);
                 let m = self.named("mlp", |b| b.ffn(y2f, kind));
                 let m = self.leave_tp(m, h);
                 self.tape.touch(&[y2]);
-                let m2 = self.named("post_feedforward_layernorm", |b| b.norm(m, h, ctx.tsp));
+                let m2 = self.named(n_mlp, |b| b.norm(m, h, ctx.tsp));
                 self.named("residual", |b| b.add(r1, m2, e))
             }
             Block::Post => {

@@ -712,7 +712,7 @@ fn parse_decoder(o: &Obj<'_>, family: Family) -> Result<Architecture> {
         Qwen2 | Qwen3 => 32,
         Qwen2Moe => 16,
         Qwen3Moe | Gemma2 | Gemma3 | SmolLm3 => 4,
-        Qwen3Next | Starcoder2 => 2,
+        Qwen3Next | Starcoder2 | Glm4 => 2,
         _ => heads,
     };
     a.kv_heads = o.dim_opt("num_key_value_heads")?.unwrap_or(kv_default);
@@ -735,7 +735,7 @@ fn parse_decoder(o: &Obj<'_>, family: Family) -> Result<Architecture> {
         _ => match o.dim_opt("head_dim")? {
             Some(d) => d,
             None => match family {
-                Qwen3 | Llama4 | SeedOss => 128,
+                Qwen3 | Llama4 | SeedOss | Glm4 => 128,
                 Gemma2 | Gemma3 | Qwen3Next => 256,
                 GptOss => 64,
                 _ => derived(&a)?,
@@ -766,6 +766,7 @@ fn parse_decoder(o: &Obj<'_>, family: Family) -> Result<Architecture> {
         ),
         Qwen2Moe => (o.bool_opt("qkv_bias")?.unwrap_or(true), false),
         Glm4Moe => (bias, false),
+        Glm4 => (attention_bias.unwrap_or(true), false),
         DeepseekV2 | DeepseekV3 => (bias, false),
         Starcoder2 => {
             let b = o.bool_opt("use_bias")?.unwrap_or(true);
@@ -817,7 +818,7 @@ fn parse_decoder(o: &Obj<'_>, family: Family) -> Result<Architecture> {
         _ => Norm::Rms,
     };
     a.block = match family {
-        Gemma2 | Gemma3 => Block::Sandwich,
+        Gemma2 | Gemma3 | Glm4 => Block::Sandwich,
         Olmo2 | Olmo3 => Block::Post,
         Cohere | Cohere2 => Block::Parallel,
         GptNeox if o.bool_opt("use_parallel_residual")?.unwrap_or(true) => Block::ParallelTwoNorms,
@@ -833,13 +834,13 @@ fn parse_decoder(o: &Obj<'_>, family: Family) -> Result<Architecture> {
     };
     a.gated = !matches!(family, Falcon | GptNeox | Starcoder2);
     a.fused_qkv = matches!(family, Phi3 | Falcon | GptNeox);
-    a.fused_gate_up = family == Phi3;
+    a.fused_gate_up = matches!(family, Phi3 | Glm4);
     a.attn_gate = family == Qwen3Next;
     a.sinks = family == GptOss;
     // Partial rotary embeddings.
     let factor = match family {
         GptNeox => o.f64_opt("rotary_pct")?.or(Some(0.25)),
-        Glm4Moe => o.f64_opt("partial_rotary_factor")?.or(Some(0.5)),
+        Glm4Moe | Glm4 => o.f64_opt("partial_rotary_factor")?.or(Some(0.5)),
         Qwen3Next => o.f64_opt("partial_rotary_factor")?.or(Some(0.25)),
         _ => o.f64_opt("partial_rotary_factor")?,
     };
@@ -1353,7 +1354,7 @@ fn all_keys(a: &Architecture) -> Map<String, Value> {
         Glm4Moe | Cohere | Llama4 => put("use_qk_norm", (a.qk_norm != QkNorm::None).into()),
         _ => {}
     }
-    if a.rope_dim != a.head_dim || matches!(f, GptNeox | Glm4Moe | Qwen3Next) {
+    if a.rope_dim != a.head_dim || matches!(f, GptNeox | Glm4Moe | Glm4 | Qwen3Next) {
         let key = if f == GptNeox {
             "rotary_pct"
         } else {
