@@ -3,8 +3,8 @@
 Run by hand:  python tools/oracle/families.py [--only NAME ...] [--list]
 
 Each case is a *small but realistically shaped* config: the published config of a released
-model (tests/data/models/configs/; for OLMo 3, Seed-OSS and GLM-4, none stored here,
-transformers' default configs) with fewer layers — every other width, head count, vocab,
+model (tests/data/models/configs/; for OLMo 3, Seed-OSS, GLM-4 and ERNIE 4.5, none stored
+here, transformers' default configs) with fewer layers — every other width, head count, vocab,
 expert count, top-k and feature kept — and the layer pattern cut so that every kind of layer
 the family has is present (sliding and full, linear-attention and full, dense-first and MoE,
 RoPE and NoPE). The small configs are written to tests/data/oracle/families/<case>.json and run
@@ -125,6 +125,10 @@ def small_configs():
     # heads, biased q/k/v, RoPE on half of each head's interleaved pairs, sandwich norms).
     c["glm4-defaults-L4"] = (TRANSFORMERS_DEFAULTS + "Glm4Config",
                              cut(defaults("Glm4Config", ("head_dim", "partial_rotary_factor")), 4))
+    # ERNIE 4.5 (dense): Ernie4_5Config's defaults (ERNIE-4.5-0.3B's shape: 16 heads of 128 over
+    # a 1024-wide stream, 2 KV heads, tied embeddings, fp32 RoPE on interleaved pairs).
+    c["ernie4.5-defaults-L4"] = (TRANSFORMERS_DEFAULTS + "Ernie4_5Config",
+                                 cut(defaults("Ernie4_5Config", ("head_dim", "use_bias")), 4))
     return c
 
 

@@ -69,6 +69,9 @@ pub enum Family {
     /// Seed-OSS: the Llama layer with biased q/k/v, and dropout on the attention and both
     /// residual branches by default.
     SeedOss,
+    /// ERNIE 4.5 (dense): the Llama layer with RoPE in fp32 on interleaved pairs, and one
+    /// `use_bias` for every linear.
+    Ernie45,
 }
 
 impl Family {
@@ -103,11 +106,12 @@ impl Family {
             Family::Cohere => "cohere",
             Family::Cohere2 => "cohere2",
             Family::SeedOss => "seed_oss",
+            Family::Ernie45 => "ernie4_5",
         }
     }
 
     /// Every family, in the order `model_type` errors list them.
-    pub const ALL: [Family; 28] = [
+    pub const ALL: [Family; 29] = [
         Family::Gpt2,
         Family::Llama,
         Family::Mistral,
@@ -136,6 +140,7 @@ impl Family {
         Family::Cohere,
         Family::Cohere2,
         Family::SeedOss,
+        Family::Ernie45,
     ];
 }
 

@@ -906,7 +906,9 @@ impl<'c, 'a> Builder<'c, 'a> {
         let tmp = match style {
             RopeStyle::Plain => 2.0 * elems * d.bytes(),
             RopeStyle::Cat => 3.0 * elems * d.bytes(),
-            RopeStyle::Fp32 => 3.0 * elems * 4.0,
+            // The two fp32 products and their sum are alive together; the result is cast
+            // back once the products are freed, beside the sum.
+            RopeStyle::Fp32 => elems * (3.0 * 4.0 - d.bytes()),
         };
         self.op_tmp("rotary embedding", &[x], tables, elems * d.bytes(), tmp, d)
     }
@@ -938,9 +940,12 @@ impl<'c, 'a> Builder<'c, 'a> {
     fn rope_style(&self) -> RopeStyle {
         let a = self.ctx.arch;
         match a.family {
-            Family::Cohere | Family::Cohere2 | Family::Olmo2 | Family::Olmo3 | Family::Llama4 => {
-                RopeStyle::Fp32
-            }
+            Family::Cohere
+            | Family::Cohere2
+            | Family::Olmo2
+            | Family::Olmo3
+            | Family::Llama4
+            | Family::Ernie45 => RopeStyle::Fp32,
             Family::Phi3 | Family::GptNeox | Family::GptOss => RopeStyle::Cat,
             _ if a.rope_dim < a.head_dim => RopeStyle::Cat,
             _ => RopeStyle::Plain,
@@ -1389,11 +1394,16 @@ impl<'c, 'a> Builder<'c, 'a> {
         if rope && !ctx.train && matches!(a.family, Family::Cohere | Family::Cohere2) {
             (q, k) = self.cohere_rope_nograd(q, k, qe, ke);
         } else if rope {
-            // `apply_rotary_pos_emb(q, k, …)` holds both until it returns. GLM's first
-            // repeats each of the tables' first halves twice (`repeat_interleave`, to rotate
-            // interleaved pairs): two new tensors, which the products save.
-            let tables = if a.family == Family::Glm4 {
-                let td = if ctx.autocast { DType::F32 } else { self.d(q) };
+            // `apply_rotary_pos_emb(q, k, …)` holds both until it returns. GLM's and ERNIE's
+            // first repeat each of the tables' first halves twice (`repeat_interleave`, to
+            // rotate interleaved pairs): two new tensors, which the products save (ERNIE's
+            // tables are fp32).
+            let tables = if matches!(a.family, Family::Glm4 | Family::Ernie45) {
+                let td = if ctx.autocast || a.family == Family::Ernie45 {
+                    DType::F32
+                } else {
+                    self.d(q)
+                };
                 let e = ctx.t * a.rope_dim as f64;
                 vec![self.op(&[], e, td, &[]), self.op(&[], e, td, &[])]
             } else {
@@ -1403,6 +1413,7 @@ impl<'c, 'a> Builder<'c, 'a> {
             q = self.rope(q, qe, style, &tables);
             k = self.rope(k, ke, style, &tables);
             self.tape.touch(&[q0, k0]);
+            self.tape.touch(&tables);
         }
         q = norm(self, q, hq, qe, false);
         k = norm(self, k, hk, ke, false);
@@ -2222,7 +2233,8 @@ impl<'c, 'a> Builder<'c, 'a> {
     ///
     /// - RoPE's `cos` and `sin` (`position_embeddings`), `[b, s, rope_dim]` each in the
     ///   hidden states' dtype: gpt-oss's are half as wide (not concatenated), Llama 4's and
-    ///   DeepSeek-V2's one complex64 table `[b, s, rope_dim / 2]`, OLMo's in fp32; Gemma 3
+    ///   DeepSeek-V2's one complex64 table `[b, s, rope_dim / 2]`, OLMo's and ERNIE's in
+    ///   fp32; Gemma 3
     ///   and OLMo 3 have a second pair for their sliding layers. In training every rotation also saves them, until the first layer's
     ///   backward; they are counted through the forward only (a few MB at most, beside
     ///   the saved activations of every layer).
@@ -2247,7 +2259,7 @@ impl<'c, 'a> Builder<'c, 'a> {
                 // OLMo's rotary returns its tables uncast, in fp32; OLMo 3 makes a pair for
                 // each kind of layer.
                 Family::Olmo3 if sliding => (&[r, r, r, r], f32),
-                Family::Olmo2 | Family::Olmo3 => (&[r, r], f32),
+                Family::Olmo2 | Family::Olmo3 | Family::Ernie45 => (&[r, r], f32),
                 _ => (&[r, r], d),
             };
             for &w in tables {

@@ -712,7 +712,7 @@ fn parse_decoder(o: &Obj<'_>, family: Family) -> Result<Architecture> {
         Qwen2 | Qwen3 => 32,
         Qwen2Moe => 16,
         Qwen3Moe | Gemma2 | Gemma3 | SmolLm3 => 4,
-        Qwen3Next | Starcoder2 | Glm4 => 2,
+        Qwen3Next | Starcoder2 | Glm4 | Ernie45 => 2,
         _ => heads,
     };
     a.kv_heads = o.dim_opt("num_key_value_heads")?.unwrap_or(kv_default);
@@ -735,7 +735,7 @@ fn parse_decoder(o: &Obj<'_>, family: Family) -> Result<Architecture> {
         _ => match o.dim_opt("head_dim")? {
             Some(d) => d,
             None => match family {
-                Qwen3 | Llama4 | SeedOss | Glm4 => 128,
+                Qwen3 | Llama4 | SeedOss | Glm4 | Ernie45 => 128,
                 Gemma2 | Gemma3 | Qwen3Next => 256,
                 GptOss => 64,
                 _ => derived(&a)?,
@@ -753,7 +753,7 @@ fn parse_decoder(o: &Obj<'_>, family: Family) -> Result<Architecture> {
     a.activation = activation(o, act_key, act_default)?;
     a.tied_embeddings = o.bool_opt("tie_word_embeddings")?.unwrap_or(matches!(
         family,
-        Gemma2 | Gemma3 | SmolLm3 | Falcon | Starcoder2 | Cohere | Cohere2
+        Gemma2 | Gemma3 | SmolLm3 | Falcon | Starcoder2 | Cohere | Cohere2 | Ernie45
     ));
     let attention_bias = o.bool_opt("attention_bias")?;
     let bias = attention_bias.unwrap_or(matches!(family, GptOss | GptNeox));
@@ -768,8 +768,8 @@ fn parse_decoder(o: &Obj<'_>, family: Family) -> Result<Architecture> {
         Glm4Moe => (bias, false),
         Glm4 => (attention_bias.unwrap_or(true), false),
         DeepseekV2 | DeepseekV3 => (bias, false),
-        Starcoder2 => {
-            let b = o.bool_opt("use_bias")?.unwrap_or(true);
+        Starcoder2 | Ernie45 => {
+            let b = o.bool_opt("use_bias")?.unwrap_or(family == Starcoder2);
             a.mlp_bias = b;
             (b, b)
         }
@@ -1326,7 +1326,7 @@ fn all_keys(a: &Architecture) -> Map<String, Value> {
     match f {
         Mistral | Mixtral | Phi3 | Qwen2 | Falcon | GptNeox => {}
         Qwen2Moe => put("qkv_bias", a.qkv_bias.into()),
-        Starcoder2 => put("use_bias", a.qkv_bias.into()),
+        Starcoder2 | Ernie45 => put("use_bias", a.qkv_bias.into()),
         SeedOss => {
             put("attention_bias", a.qkv_bias.into());
             put("attention_out_bias", a.o_bias.into());
