@@ -3,8 +3,8 @@
 Run by hand:  python tools/oracle/families.py [--only NAME ...] [--list]
 
 Each case is a *small but realistically shaped* config: the published config of a released
-model (tests/data/models/configs/; for OLMo 3, Seed-OSS, GLM-4 and ERNIE 4.5, none stored
-here, transformers' default configs) with fewer layers — every other width, head count, vocab,
+model (tests/data/models/configs/; for OLMo 3, Seed-OSS, GLM-4, ERNIE 4.5 and MiniMax-M2, none
+stored here, transformers' default configs) with fewer layers — every other width, head count, vocab,
 expert count, top-k and feature kept — and the layer pattern cut so that every kind of layer
 the family has is present (sliding and full, linear-attention and full, dense-first and MoE,
 RoPE and NoPE). The small configs are written to tests/data/oracle/families/<case>.json and run
@@ -129,6 +129,16 @@ def small_configs():
     # a 1024-wide stream, 2 KV heads, tied embeddings, fp32 RoPE on interleaved pairs).
     c["ernie4.5-defaults-L4"] = (TRANSFORMERS_DEFAULTS + "Ernie4_5Config",
                                  cut(defaults("Ernie4_5Config", ("head_dim", "use_bias")), 4))
+    # MiniMax-M2: MiniMaxM2Config's defaults (3072 wide, 48 heads of 128, 8 KV heads,
+    # full-width QK-norm, a sigmoid router with a correction bias over experts of 1536) cut to
+    # 2 layers, with 32 of its 256 experts (256 would put 14 B parameters in two layers) -- a
+    # deviation, as for DeepSeek-V3; and with RoPE on half of each head.
+    mm = defaults("MiniMaxM2Config", ("head_dim", "num_local_experts", "num_experts_per_tok"))
+    c["minimax-m2-defaults-L2-e32"] = (TRANSFORMERS_DEFAULTS + "MiniMaxM2Config", cut(mm, 2, None, num_local_experts=32))
+    c["minimax-m2-defaults-L2-e32-rope-half"] = (
+        TRANSFORMERS_DEFAULTS + "MiniMaxM2Config",
+        cut(mm, 2, None, num_local_experts=32,
+            rope_parameters=dict(mm["rope_parameters"], partial_rotary_factor=0.5)))
     return c
 
 

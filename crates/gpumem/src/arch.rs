@@ -72,6 +72,9 @@ pub enum Family {
     /// ERNIE 4.5 (dense): the Llama layer with RoPE in fp32 on interleaved pairs, and one
     /// `use_bias` for every linear.
     Ernie45,
+    /// MiniMax-M2: full-width QK-norm, every layer a mixture of experts with a sigmoid router
+    /// and a correction bias.
+    MiniMaxM2,
 }
 
 impl Family {
@@ -107,11 +110,12 @@ impl Family {
             Family::Cohere2 => "cohere2",
             Family::SeedOss => "seed_oss",
             Family::Ernie45 => "ernie4_5",
+            Family::MiniMaxM2 => "minimax_m2",
         }
     }
 
     /// Every family, in the order `model_type` errors list them.
-    pub const ALL: [Family; 29] = [
+    pub const ALL: [Family; 30] = [
         Family::Gpt2,
         Family::Llama,
         Family::Mistral,
@@ -141,6 +145,7 @@ impl Family {
         Family::Cohere2,
         Family::SeedOss,
         Family::Ernie45,
+        Family::MiniMaxM2,
     ];
 }
 

@@ -946,7 +946,10 @@ impl<'c, 'a> Builder<'c, 'a> {
             | Family::Olmo3
             | Family::Llama4
             | Family::Ernie45 => RopeStyle::Fp32,
-            Family::Phi3 | Family::GptNeox | Family::GptOss => RopeStyle::Cat,
+            // Their rotation ends in `cat((rotated, passed))` even when nothing passes.
+            Family::Phi3 | Family::GptNeox | Family::GptOss | Family::Glm4 | Family::MiniMaxM2 => {
+                RopeStyle::Cat
+            }
             _ if a.rope_dim < a.head_dim => RopeStyle::Cat,
             _ => RopeStyle::Plain,
         }
@@ -1804,7 +1807,11 @@ impl<'c, 'a> Builder<'c, 'a> {
             self.op_saving_output(&[logits], t * e, f32, Cat::Activations)
         };
         let wd = match a.family {
-            Family::Mixtral | Family::DeepseekV2 | Family::DeepseekV3 | Family::Glm4Moe => f32,
+            Family::Mixtral
+            | Family::DeepseekV2
+            | Family::DeepseekV3
+            | Family::Glm4Moe
+            | Family::MiniMaxM2 => f32,
             _ => ctx.c,
         };
         self.op(&[probs], t * m.top_k as f64, wd, &[probs])

@@ -256,6 +256,7 @@ pub const HF_KEYS: &[&str] = &[
     "no_rope_layer_interval",
     "use_qk_norm",
     "partial_rotary_factor",
+    "rope_parameters",
     "rotary_pct",
     "final_logit_softcapping",
     "attn_logit_softcapping",
@@ -708,7 +709,7 @@ fn parse_decoder(o: &Obj<'_>, family: Family) -> Result<Architecture> {
         _ => o.bounded_req("intermediate_size", 1, MAX_FFN)?,
     };
     let kv_default = match family {
-        Mistral | Mixtral | Llama4 | GptOss | Glm4Moe | SeedOss => 8,
+        Mistral | Mixtral | Llama4 | GptOss | Glm4Moe | SeedOss | MiniMaxM2 => 8,
         Qwen2 | Qwen3 => 32,
         Qwen2Moe => 16,
         Qwen3Moe | Gemma2 | Gemma3 | SmolLm3 => 4,
@@ -735,7 +736,7 @@ fn parse_decoder(o: &Obj<'_>, family: Family) -> Result<Architecture> {
         _ => match o.dim_opt("head_dim")? {
             Some(d) => d,
             None => match family {
-                Qwen3 | Llama4 | SeedOss | Glm4 | Ernie45 => 128,
+                Qwen3 | Llama4 | SeedOss | Glm4 | Ernie45 | MiniMaxM2 => 128,
                 Gemma2 | Gemma3 | Qwen3Next => 256,
                 GptOss => 64,
                 _ => derived(&a)?,
@@ -826,7 +827,7 @@ fn parse_decoder(o: &Obj<'_>, family: Family) -> Result<Architecture> {
     };
     a.qk_norm = match family {
         Qwen3 | Qwen3Moe | Qwen3Next | Gemma3 => QkNorm::Head,
-        Olmo2 | Olmo3 => QkNorm::Full,
+        Olmo2 | Olmo3 | MiniMaxM2 => QkNorm::Full,
         Glm4Moe if o.bool_opt("use_qk_norm")?.unwrap_or(false) => QkNorm::Head,
         Llama4 if o.bool_opt("use_qk_norm")?.unwrap_or(true) => QkNorm::L2,
         Cohere if o.bool_opt("use_qk_norm")?.unwrap_or(false) => QkNorm::CohereHead,
@@ -837,12 +838,20 @@ fn parse_decoder(o: &Obj<'_>, family: Family) -> Result<Architecture> {
     a.fused_gate_up = matches!(family, Phi3 | Glm4);
     a.attn_gate = family == Qwen3Next;
     a.sinks = family == GptOss;
-    // Partial rotary embeddings.
+    // Partial rotary embeddings: at the top level, or in `rope_parameters` where
+    // transformers 5 writes it.
+    let nested = match o.get("rope_parameters") {
+        Some(v @ Value::Object(_)) => {
+            Obj::new(v, &o.path("rope_parameters"))?.f64_opt("partial_rotary_factor")?
+        }
+        _ => None,
+    };
+    let given = o.f64_opt("partial_rotary_factor")?.or(nested);
     let factor = match family {
         GptNeox => o.f64_opt("rotary_pct")?.or(Some(0.25)),
-        Glm4Moe | Glm4 => o.f64_opt("partial_rotary_factor")?.or(Some(0.5)),
-        Qwen3Next => o.f64_opt("partial_rotary_factor")?.or(Some(0.25)),
-        _ => o.f64_opt("partial_rotary_factor")?,
+        Glm4Moe | Glm4 => given.or(Some(0.5)),
+        Qwen3Next => given.or(Some(0.25)),
+        _ => given,
     };
     if let Some(f) = factor {
         if !(0.0..=1.0).contains(&f) {
@@ -1105,6 +1114,7 @@ fn parse_moe(o: &Obj<'_>, family: Family, a: &Architecture) -> Result<Option<Moe
         DeepseekV3 => ("n_routed_experts", 256, 8, Some(2048)),
         Glm4Moe => ("n_routed_experts", 128, 8, Some(1408)),
         GptOss => ("num_local_experts", 128, 4, None),
+        MiniMaxM2 => ("num_local_experts", 256, 8, None),
         Llama4 => ("num_local_experts", 16, 1, None),
         _ => return Ok(None),
     };
@@ -1143,7 +1153,7 @@ fn parse_moe(o: &Obj<'_>, family: Family, a: &Architecture) -> Result<Option<Moe
     };
     let inter = match (family, inter_default) {
         (Mixtral, _) => a.intermediate,
-        (GptOss, _) => a.intermediate,
+        (GptOss | MiniMaxM2, _) => a.intermediate,
         (Llama4, _) => o
             .bounded_opt("intermediate_size", 1, MAX_FFN)?
             .unwrap_or(8192),
@@ -1183,6 +1193,7 @@ fn parse_moe(o: &Obj<'_>, family: Family, a: &Architecture) -> Result<Option<Moe
             m.expert_bias = true;
             m.router_linear_bias = true;
         }
+        MiniMaxM2 => m.router_bias = true,
         Llama4 => {
             m.shared_intermediate = inter;
         }
@@ -1430,12 +1441,12 @@ fn all_keys(a: &Architecture) -> Map<String, Value> {
         (Some(moe), _) => {
             put("num_experts_per_tok", moe.top_k.into());
             let key = match f {
-                Mixtral | GptOss | Llama4 => "num_local_experts",
+                Mixtral | GptOss | Llama4 | MiniMaxM2 => "num_local_experts",
                 Qwen2Moe | Qwen3Moe | Qwen3Next => "num_experts",
                 _ => "n_routed_experts",
             };
             put(key, moe.experts.into());
-            if !matches!(f, Mixtral | GptOss | Llama4) {
+            if !matches!(f, Mixtral | GptOss | Llama4 | MiniMaxM2) {
                 put("moe_intermediate_size", moe.expert_intermediate.into());
             }
             if matches!(f, GptOss | Llama4) {
