@@ -35,6 +35,23 @@ pub fn render(root: &Path, data: &str) -> Result<String, String> {
             table(&r)
         ));
     }
+    // Runs on the CPU oracle rather than a GPU: said so, and their many cases folded.
+    let oracle = text.lines().filter(|l| !l.trim().is_empty()).all(|l| {
+        serde_json::from_str::<serde_json::Value>(l).is_ok_and(|v| {
+            v["machine"]
+                .as_str()
+                .is_some_and(|m| m.contains("FakeTensorMode"))
+        })
+    });
+    if oracle {
+        return Ok(format!(
+            "<div class=\"gm-validation\">{}{}<details class=\"gm-details\"><summary>Every case ({})</summary>{}</details></div>",
+            stats(&r),
+            scatter(&r, CPU_ORACLE_CAPTION),
+            r.rows.len(),
+            table(&r)
+        ));
+    }
     Ok(format!(
         "<div class=\"gm-validation\">{}{}{}</div>",
         stats(&r),
@@ -42,6 +59,8 @@ pub fn render(root: &Path, data: &str) -> Result<String, String> {
         table(&r)
     ))
 }
+
+const CPU_ORACLE_CAPTION: &str = "Each dot is one run on the CPU oracle (FakeTensorMode, every tensor PyTorch allocates tracked): the peak measured (across) against the one predicted (up). The solid line is a perfect prediction, the dashed lines ±5 %.";
 
 const H100_CAPTION: &str = "Each dot is one run on the H100: the peak <code>torch.cuda.max_memory_allocated()</code> measured (across) against the one predicted (up). The solid line is a perfect prediction, the dashed lines ±5 %.";
 
@@ -353,6 +372,17 @@ mod tests {
             "no case of the GPU data is one"
         );
         assert!(gpu.contains("<td>pp_fsdp</td>"));
+    }
+
+    /// Runs on the CPU oracle are not said to be the H100's, and their many cases fold.
+    #[test]
+    fn each_plot_says_where_its_runs_ran() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let cpu = render(&root, "tests/data/oracle/generate.jsonl").unwrap();
+        assert!(cpu.contains("on the CPU oracle") && !cpu.contains("on the H100"));
+        assert!(cpu.contains("<summary>Every case ("));
+        let gpu = render(&root, DEFAULT_DATA).unwrap();
+        assert!(gpu.contains("one run on the H100") && !gpu.contains("CPU oracle"));
     }
 
     #[test]
