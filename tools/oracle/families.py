@@ -3,8 +3,8 @@
 Run by hand:  python tools/oracle/families.py [--only NAME ...] [--list]
 
 Each case is a *small but realistically shaped* config: the published config of a released
-model (tests/data/models/configs/; for OLMo 3, Seed-OSS, GLM-4, ERNIE 4.5 and MiniMax-M2, none
-stored here, transformers' default configs) with fewer layers — every other width, head count, vocab,
+model (tests/data/models/configs/; for OLMo 3, Seed-OSS, GLM-4, ERNIE 4.5, MiniMax-M2 and
+EXAONE 4, none stored here, transformers' default configs) with fewer layers — every other width, head count, vocab,
 expert count, top-k and feature kept — and the layer pattern cut so that every kind of layer
 the family has is present (sliding and full, linear-attention and full, dense-first and MoE,
 RoPE and NoPE). The small configs are written to tests/data/oracle/families/<case>.json and run
@@ -139,6 +139,10 @@ def small_configs():
         TRANSFORMERS_DEFAULTS + "MiniMaxM2Config",
         cut(mm, 2, None, num_local_experts=32,
             rope_parameters=dict(mm["rope_parameters"], partial_rotary_factor=0.5)))
+    # EXAONE 4: Exaone4Config's defaults (4096 wide, 32 heads, post-norms, per-head QK-norm;
+    # three sliding layers with RoPE, then a full one without).
+    c["exaone4-defaults-L4"] = (TRANSFORMERS_DEFAULTS + "Exaone4Config",
+                                cut(defaults("Exaone4Config", ("sliding_window_pattern",)), 4))
     return c
 
 
@@ -211,6 +215,7 @@ RUNS = [(n, 2048, 0, "eager" if n in EAGER_ONLY else "sdpa") for n in small_conf
     ("falcon-7b-L4-untied", 512, 0, "sdpa"),
     # Beyond the window: the sliding layers' mask is made.
     ("olmo3-defaults-L4", 8192, 0, "sdpa"),
+    ("exaone4-defaults-L4", 8192, 0, "sdpa"),
 ]
 
 

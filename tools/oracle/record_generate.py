@@ -40,8 +40,10 @@ def cases():
     yield "llama3.1-8b-L4", f"{FAMILIES}/llama3.1-8b-L4.json", "eager", 2, 2048, 2
     yield "gemma-3-1b-L6", f"{FAMILIES}/gemma-3-1b-L6.json", "eager", 2, 2048, 2
     yield "gemma-3-1b-L6", f"{FAMILIES}/gemma-3-1b-L6.json", "sdpa", 2, 2048, 2
-    # OLMo 3 beyond its window (the sliding layers' mask and second rotary pair).
+    # OLMo 3 and EXAONE 4 beyond their window (the sliding layers' mask; OLMo's second rotary
+    # pair).
     yield "olmo3-defaults-L4", f"{FAMILIES}/olmo3-defaults-L4.json", "sdpa", 1, 8192, 2
+    yield "exaone4-defaults-L4", f"{FAMILIES}/exaone4-defaults-L4.json", "sdpa", 1, 8192, 2
     # Qwen3-Next with as many key heads as value heads, and narrower values.
     yield "qwen3-next-L4-v16", "tests/data/oracle/generate/qwen3-next-L4-v16.json", "sdpa", 1, 4096, 2
 

@@ -75,6 +75,9 @@ pub enum Family {
     /// MiniMax-M2: full-width QK-norm, every layer a mixture of experts with a sigmoid router
     /// and a correction bias.
     MiniMaxM2,
+    /// EXAONE 4: norms after attention and MLP, per-head QK-norm, sliding layers with RoPE
+    /// and full ones without.
+    Exaone4,
 }
 
 impl Family {
@@ -111,11 +114,12 @@ impl Family {
             Family::SeedOss => "seed_oss",
             Family::Ernie45 => "ernie4_5",
             Family::MiniMaxM2 => "minimax_m2",
+            Family::Exaone4 => "exaone4",
         }
     }
 
     /// Every family, in the order `model_type` errors list them.
-    pub const ALL: [Family; 30] = [
+    pub const ALL: [Family; 31] = [
         Family::Gpt2,
         Family::Llama,
         Family::Mistral,
@@ -146,6 +150,7 @@ impl Family {
         Family::SeedOss,
         Family::Ernie45,
         Family::MiniMaxM2,
+        Family::Exaone4,
     ];
 }
 

@@ -820,13 +820,13 @@ fn parse_decoder(o: &Obj<'_>, family: Family) -> Result<Architecture> {
     };
     a.block = match family {
         Gemma2 | Gemma3 | Glm4 => Block::Sandwich,
-        Olmo2 | Olmo3 => Block::Post,
+        Olmo2 | Olmo3 | Exaone4 => Block::Post,
         Cohere | Cohere2 => Block::Parallel,
         GptNeox if o.bool_opt("use_parallel_residual")?.unwrap_or(true) => Block::ParallelTwoNorms,
         _ => Block::Pre,
     };
     a.qk_norm = match family {
-        Qwen3 | Qwen3Moe | Qwen3Next | Gemma3 => QkNorm::Head,
+        Qwen3 | Qwen3Moe | Qwen3Next | Gemma3 | Exaone4 => QkNorm::Head,
         Olmo2 | Olmo3 | MiniMaxM2 => QkNorm::Full,
         Glm4Moe if o.bool_opt("use_qk_norm")?.unwrap_or(false) => QkNorm::Head,
         Llama4 if o.bool_opt("use_qk_norm")?.unwrap_or(true) => QkNorm::L2,
@@ -937,6 +937,11 @@ fn parse_decoder(o: &Obj<'_>, family: Family) -> Result<Architecture> {
             let w = window(Some(4096))?;
             (w, w.map(|_| every(4, AttnType::Full, AttnType::Sliding)))
         }
+        Exaone4 => {
+            let w = window(Some(4096))?;
+            let n = pattern_key("sliding_window_pattern", 4)?;
+            (w, w.map(|_| every(n, AttnType::Full, AttnType::Sliding)))
+        }
         Cohere2 => (
             window(Some(4096))?,
             Some(every(
@@ -975,6 +980,10 @@ fn parse_decoder(o: &Obj<'_>, family: Family) -> Result<Architecture> {
         },
         // Command R7B's full-attention layers have no RoPE.
         Cohere2 => types.iter().map(|&t| t == AttnType::Full).collect(),
+        // EXAONE 4's full layers have none while the model has a window.
+        Exaone4 if a.sliding_window.is_some() => {
+            types.iter().map(|&t| t == AttnType::Full).collect()
+        }
         _ => Vec::new(),
     };
     a.nope = if nope.iter().any(|&n| n) {
@@ -1386,7 +1395,11 @@ fn all_keys(a: &Architecture) -> Map<String, Value> {
     match a.sliding_window {
         Some(w) => put("sliding_window", w.into()),
         // An explicit null where the family's default is a window.
-        None if matches!(f, Mistral | Gemma2 | Gemma3 | Cohere2 | GptOss | Olmo3) => {
+        None if matches!(
+            f,
+            Mistral | Gemma2 | Gemma3 | Cohere2 | GptOss | Olmo3 | Exaone4
+        ) =>
+        {
             put("sliding_window", Value::Null)
         }
         None => {}
@@ -1394,7 +1407,7 @@ fn all_keys(a: &Architecture) -> Map<String, Value> {
     if !a.layer_types.is_empty()
         || matches!(
             f,
-            Gemma2 | Gemma3 | Cohere2 | GptOss | Qwen3Next | Llama4 | Olmo3
+            Gemma2 | Gemma3 | Cohere2 | GptOss | Qwen3Next | Llama4 | Olmo3 | Exaone4
         )
     {
         let p: String = if a.layer_types.is_empty() {
