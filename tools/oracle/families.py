@@ -3,8 +3,8 @@
 Run by hand:  python tools/oracle/families.py [--only NAME ...] [--list]
 
 Each case is a *small but realistically shaped* config: the published config of a released
-model (tests/data/models/configs/; for OLMo 3, Seed-OSS, GLM-4, ERNIE 4.5, MiniMax-M2 and
-EXAONE 4, none stored here, transformers' default configs) with fewer layers — every other width, head count, vocab,
+model (tests/data/models/configs/; for OLMo 3, Seed-OSS, GLM-4, ERNIE 4.5, MiniMax-M2, EXAONE
+4 and Hunyuan, none stored here, transformers' default configs) with fewer layers — every other width, head count, vocab,
 expert count, top-k and feature kept — and the layer pattern cut so that every kind of layer
 the family has is present (sliding and full, linear-attention and full, dense-first and MoE,
 RoPE and NoPE). The small configs are written to tests/data/oracle/families/<case>.json and run
@@ -143,6 +143,11 @@ def small_configs():
     # three sliding layers with RoPE, then a full one without).
     c["exaone4-defaults-L4"] = (TRANSFORMERS_DEFAULTS + "Exaone4Config",
                                 cut(defaults("Exaone4Config", ("sliding_window_pattern",)), 4))
+    # Hunyuan (dense): HunYuanDenseV1Config's defaults (4096 wide, 32 heads; per-head QK-norm
+    # after RoPE), with 8 KV heads so that attention is grouped, and a head_dim of 128, which
+    # its attention needs given (the defaults leave it unset).
+    c["hunyuan-dense-defaults-L4"] = (TRANSFORMERS_DEFAULTS + "HunYuanDenseV1Config",
+                                      cut(defaults("HunYuanDenseV1Config"), 4, num_key_value_heads=8, head_dim=128))
     return c
 
 

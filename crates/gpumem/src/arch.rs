@@ -78,6 +78,8 @@ pub enum Family {
     /// EXAONE 4: norms after attention and MLP, per-head QK-norm, sliding layers with RoPE
     /// and full ones without.
     Exaone4,
+    /// Hunyuan (dense): the Llama layer with per-head QK-norm after RoPE.
+    HunyuanDense,
 }
 
 impl Family {
@@ -115,11 +117,12 @@ impl Family {
             Family::Ernie45 => "ernie4_5",
             Family::MiniMaxM2 => "minimax_m2",
             Family::Exaone4 => "exaone4",
+            Family::HunyuanDense => "hunyuan_v1_dense",
         }
     }
 
     /// Every family, in the order `model_type` errors list them.
-    pub const ALL: [Family; 31] = [
+    pub const ALL: [Family; 32] = [
         Family::Gpt2,
         Family::Llama,
         Family::Mistral,
@@ -151,6 +154,7 @@ impl Family {
         Family::Ernie45,
         Family::MiniMaxM2,
         Family::Exaone4,
+        Family::HunyuanDense,
     ];
 }
 
@@ -186,6 +190,8 @@ pub enum QkNorm {
     None,
     /// One norm of `head_dim` applied to every head (Qwen3, Gemma 3, GLM-4.5+, Qwen3-Next).
     Head,
+    /// The same, applied after RoPE (Hunyuan).
+    HeadAfterRope,
     /// One norm over all heads' width (OLMo 2: `q_dim` and `kv_dim` weights).
     Full,
     /// Llama 4: a weightless L2 norm per head, on RoPE layers only.

@@ -1384,6 +1384,9 @@ impl<'c, 'a> Builder<'c, 'a> {
                     NormOp::Norm(Norm::CohereLayerNorm, n),
                     n * hd as f64,
                 ),
+                QkNorm::HeadAfterRope if !before_rope => {
+                    b.norm_as(x, n * hd as f64, t, NormOp::Norm(a.norm, n), hd as f64)
+                }
                 // Llama 4 normalises after RoPE, on RoPE layers only.
                 QkNorm::L2 if !before_rope && rope => {
                     b.norm_as(x, n * hd as f64, t, NormOp::L2(n), 0.0)

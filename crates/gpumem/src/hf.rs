@@ -733,6 +733,8 @@ fn parse_decoder(o: &Obj<'_>, family: Family) -> Result<Architecture> {
     a.head_dim = match family {
         // These derive it whatever the file says.
         Falcon | GptNeox | Cohere2 => derived(&a)?,
+        // Hunyuan's attention reads it and has no default.
+        HunyuanDense => o.dim_req("head_dim")?,
         _ => match o.dim_opt("head_dim")? {
             Some(d) => d,
             None => match family {
@@ -831,6 +833,7 @@ fn parse_decoder(o: &Obj<'_>, family: Family) -> Result<Architecture> {
         Glm4Moe if o.bool_opt("use_qk_norm")?.unwrap_or(false) => QkNorm::Head,
         Llama4 if o.bool_opt("use_qk_norm")?.unwrap_or(true) => QkNorm::L2,
         Cohere if o.bool_opt("use_qk_norm")?.unwrap_or(false) => QkNorm::CohereHead,
+        HunyuanDense => QkNorm::HeadAfterRope,
         _ => QkNorm::None,
     };
     a.gated = !matches!(family, Falcon | GptNeox | Starcoder2);

@@ -149,7 +149,7 @@ pub fn layer(a: &Architecture, kind: LayerKind) -> Vec<PTensor> {
         }
         _ => {
             match a.qk_norm {
-                QkNorm::Head => {
+                QkNorm::Head | QkNorm::HeadAfterRope => {
                     norm(&mut v, a.head_dim);
                     norm(&mut v, a.head_dim);
                 }
