@@ -4,7 +4,7 @@ Run by hand:  python tools/oracle/families.py [--only NAME ...] [--list]
 
 Each case is a *small but realistically shaped* config: the published config of a released
 model (tests/data/models/configs/; for OLMo 3, Seed-OSS, GLM-4, ERNIE 4.5, MiniMax-M2, EXAONE
-4 and Hunyuan, none stored here, transformers' default configs) with fewer layers — every other width, head count, vocab,
+4, Hunyuan and Arcee, none stored here, transformers' default configs) with fewer layers — every other width, head count, vocab,
 expert count, top-k and feature kept — and the layer pattern cut so that every kind of layer
 the family has is present (sliding and full, linear-attention and full, dense-first and MoE,
 RoPE and NoPE). The small configs are written to tests/data/oracle/families/<case>.json and run
@@ -114,18 +114,18 @@ def small_configs():
     # (a 7B-like shape: 4096 wide, 32 heads, MHA; a 4096-token window on three layers of four)
     # cut to 4 layers: three sliding, one full.
     c["olmo3-defaults-L4"] = (TRANSFORMERS_DEFAULTS + "Olmo3Config", cut(olmo3_defaults(), 4))
-    # Seed-OSS: the same, from SeedOssConfig's defaults (Seed-OSS-36B's shape: 80 query heads
+    # Seed-OSS: the same, from SeedOssConfig's defaults (80 query heads
     # of 128 over a 4096-wide stream, 8 KV heads, biased q/k/v, dropout 0.1 on the attention
     # and both residual branches), and without dropout (CPU SDPA runs dropout on its math path).
     so = defaults("SeedOssConfig", ("attention_out_bias", "residual_dropout", "mlp_bias", "head_dim"))
     c["seed-oss-defaults-L4"] = (TRANSFORMERS_DEFAULTS + "SeedOssConfig", cut(so, 4))
     c["seed-oss-defaults-L4-nodrop"] = (TRANSFORMERS_DEFAULTS + "SeedOssConfig",
                                         cut(so, 4, attention_dropout=0.0, residual_dropout=0.0))
-    # GLM-4 (dense, 0414): Glm4Config's defaults (GLM-4-9B's shape: 32 heads of 128, 2 KV
+    # GLM-4 (dense, 0414): Glm4Config's defaults (32 heads of 128, 2 KV
     # heads, biased q/k/v, RoPE on half of each head's interleaved pairs, sandwich norms).
     c["glm4-defaults-L4"] = (TRANSFORMERS_DEFAULTS + "Glm4Config",
                              cut(defaults("Glm4Config", ("head_dim", "partial_rotary_factor")), 4))
-    # ERNIE 4.5 (dense): Ernie4_5Config's defaults (ERNIE-4.5-0.3B's shape: 16 heads of 128 over
+    # ERNIE 4.5 (dense): Ernie4_5Config's defaults (16 heads of 128 over
     # a 1024-wide stream, 2 KV heads, tied embeddings, fp32 RoPE on interleaved pairs).
     c["ernie4.5-defaults-L4"] = (TRANSFORMERS_DEFAULTS + "Ernie4_5Config",
                                  cut(defaults("Ernie4_5Config", ("head_dim", "use_bias")), 4))
@@ -148,6 +148,10 @@ def small_configs():
     # its attention needs given (the defaults leave it unset).
     c["hunyuan-dense-defaults-L4"] = (TRANSFORMERS_DEFAULTS + "HunYuanDenseV1Config",
                                       cut(defaults("HunYuanDenseV1Config"), 4, num_key_value_heads=8, head_dim=128))
+    # Arcee: ArceeConfig's defaults ("AFM-4.5B-Base style", its docstring says: 2560 wide, 32 heads of 80, a
+    # non-gated relu2 MLP of 18432), cut to 4 layers.
+    c["arcee-defaults-L4"] = (TRANSFORMERS_DEFAULTS + "ArceeConfig",
+                              cut(defaults("ArceeConfig", ("head_dim", "mlp_bias")), 4))
     return c
 
 

@@ -80,6 +80,8 @@ pub enum Family {
     Exaone4,
     /// Hunyuan (dense): the Llama layer with per-head QK-norm after RoPE.
     HunyuanDense,
+    /// Arcee (AFM): the Llama attention with a non-gated `relu2` MLP.
+    Arcee,
 }
 
 impl Family {
@@ -118,11 +120,12 @@ impl Family {
             Family::MiniMaxM2 => "minimax_m2",
             Family::Exaone4 => "exaone4",
             Family::HunyuanDense => "hunyuan_v1_dense",
+            Family::Arcee => "arcee",
         }
     }
 
     /// Every family, in the order `model_type` errors list them.
-    pub const ALL: [Family; 32] = [
+    pub const ALL: [Family; 33] = [
         Family::Gpt2,
         Family::Llama,
         Family::Mistral,
@@ -155,6 +158,7 @@ impl Family {
         Family::MiniMaxM2,
         Family::Exaone4,
         Family::HunyuanDense,
+        Family::Arcee,
     ];
 }
 
@@ -167,6 +171,9 @@ pub enum Activation {
     GeluNew,
     /// `F.gelu` (exact or tanh approximation; one fused op saving its input).
     Gelu,
+    /// `relu2`: `relu` (saving its output), then `square` (saving its input, the same
+    /// tensor).
+    Relu2,
 }
 
 /// How a norm computes (its parameters, and what it saves for backward).

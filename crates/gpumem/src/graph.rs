@@ -1745,6 +1745,13 @@ impl<'c, 'a> Builder<'c, 'a> {
         let d = self.d(x);
         match self.ctx.arch.activation {
             Activation::Silu | Activation::Gelu => self.op(&[x], elems, d, &[x]),
+            Activation::Relu2 => {
+                // A Python function: its argument is held until it returns.
+                let r = self.op_saving_output(&[x], elems, d, Cat::Activations);
+                let sq = self.op(&[r], elems, d, &[r]);
+                self.tape.touch(&[x]);
+                sq
+            }
             Activation::GeluNew => {
                 // 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3))). Under autocast
                 // `pow` is an fp32 op: it casts x to fp32 and saves that copy, and

@@ -391,15 +391,14 @@ fn activation(o: &Obj<'_>, key: &str, default: Activation) -> Result<Activation>
             "silu" | "swish" => Activation::Silu,
             "gelu_new" => Activation::GeluNew,
             "gelu" | "gelu_pytorch_tanh" | "gelu_fast" | "gelu_python" => Activation::Gelu,
-            other => {
-                return Err(Error::new(
-                    o.path(key),
-                    format!(
-                        "unsupported activation '{}' (silu, gelu, gelu_new, gelu_pytorch_tanh)",
-                        truncate(other, 40)
-                    ),
-                ))
-            }
+            "relu2" => Activation::Relu2,
+            other => return Err(Error::new(
+                o.path(key),
+                format!(
+                    "unsupported activation '{}' (silu, gelu, gelu_new, gelu_pytorch_tanh, relu2)",
+                    truncate(other, 40)
+                ),
+            )),
         },
     })
 }
@@ -751,6 +750,7 @@ fn parse_decoder(o: &Obj<'_>, family: Family) -> Result<Architecture> {
         Falcon => ("activation", Activation::Gelu),
         GptNeox => ("hidden_act", Activation::Gelu),
         Starcoder2 => ("hidden_act", Activation::Gelu),
+        Arcee => ("hidden_act", Activation::Relu2),
         _ => ("hidden_act", Activation::Silu),
     };
     a.activation = activation(o, act_key, act_default)?;
@@ -836,7 +836,7 @@ fn parse_decoder(o: &Obj<'_>, family: Family) -> Result<Architecture> {
         HunyuanDense => QkNorm::HeadAfterRope,
         _ => QkNorm::None,
     };
-    a.gated = !matches!(family, Falcon | GptNeox | Starcoder2);
+    a.gated = !matches!(family, Falcon | GptNeox | Starcoder2 | Arcee);
     a.fused_qkv = matches!(family, Phi3 | Falcon | GptNeox);
     a.fused_gate_up = matches!(family, Phi3 | Glm4);
     a.attn_gate = family == Qwen3Next;
@@ -1280,6 +1280,7 @@ fn all_keys(a: &Architecture) -> Map<String, Value> {
     let act = match a.activation {
         Activation::Silu => "silu",
         Activation::GeluNew => "gelu_new",
+        Activation::Relu2 => "relu2",
         Activation::Gelu => match a.family {
             Gemma2 | Gemma3 | Starcoder2 => "gelu_pytorch_tanh",
             _ => "gelu",
