@@ -392,13 +392,13 @@ fn activation(o: &Obj<'_>, key: &str, default: Activation) -> Result<Activation>
             "gelu_new" => Activation::GeluNew,
             "gelu" | "gelu_pytorch_tanh" | "gelu_fast" | "gelu_python" => Activation::Gelu,
             "relu2" => Activation::Relu2,
-            other => return Err(Error::new(
-                o.path(key),
-                format!(
-                    "unsupported activation '{}' (silu, gelu, gelu_new, gelu_pytorch_tanh, relu2)",
-                    truncate(other, 40)
-                ),
-            )),
+            other => {
+                let known = "silu, gelu, gelu_new, gelu_pytorch_tanh, relu2";
+                return Err(Error::new(
+                    o.path(key),
+                    format!("unsupported activation '{}' ({known})", truncate(other, 40)),
+                ));
+            }
         },
     })
 }
