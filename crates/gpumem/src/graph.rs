@@ -931,8 +931,8 @@ impl<'c, 'a> Builder<'c, 'a> {
             let xs = self.op1(st, e, f);
             rotated[j] = self.op(&[xc, xs], e, f, &[]);
         }
-        let qo = self.op(&[rotated[0]], qe, dq, &[]);
-        let ko = self.op(&[rotated[1]], ke, dk, &[]);
+        let qo = self.op1(rotated[0], qe, dq);
+        let ko = self.op1(rotated[1], ke, dk);
         self.tape.touch(&[q, k, q32, k32, rotated[0], rotated[1]]);
         (qo, ko)
     }
@@ -1298,8 +1298,8 @@ impl<'c, 'a> Builder<'c, 'a> {
             let (k, v) = if ctx.train {
                 (parts[1], parts[2])
             } else {
-                let k = self.op(&[parts[1]], t * h / tp, c, &[]);
-                let v = self.op(&[parts[2]], t * h / tp, c, &[]);
+                let k = self.op1(parts[1], t * h / tp, c);
+                let v = self.op1(parts[2], t * h / tp, c);
                 self.cache_kv(k);
                 self.cache_kv(v);
                 (k, v)
@@ -1357,7 +1357,7 @@ impl<'c, 'a> Builder<'c, 'a> {
                 for &p in &parts {
                     self.reg(p, d);
                 }
-                let g = self.op(&[parts[1]], qe, d, &[]);
+                let g = self.op1(parts[1], qe, d);
                 (parts[0], Some(g))
             } else {
                 (q, None)
@@ -1876,17 +1876,19 @@ impl<'c, 'a> Builder<'c, 'a> {
         // projection's replace them, that one's until the function returns; in training
         // they count as the products' workspace.
         let held_bias = m.expert_bias && !ctx.train;
+        // Bytes per column of a bias gathered and added as workspace (training).
+        let bias_row = if m.expert_bias && !held_bias {
+            s * ec.bytes()
+        } else {
+            0.0
+        };
         let up_bias = held_bias.then(|| self.op(&[], s * per, ec, &[]));
         let gu = self.weighted(
             "experts gate_up (grouped_mm)",
             gathered,
             s * per * ec.bytes(),
             (experts * per * h + bias(m.expert_bias, per)) * ctx.g.bytes(),
-            if m.expert_bias && !held_bias {
-                s * per * ec.bytes()
-            } else {
-                0.0
-            },
+            per * bias_row,
             ec,
         );
         let filled = self.op1(gu, s * per, ec);
@@ -1902,8 +1904,8 @@ impl<'c, 'a> Builder<'c, 'a> {
                 // `_apply_gate` as it runs without autograd: both clamps, then the gate's
                 // product, then `(up + 1) * glu`; its locals and the caller's `proj_out`
                 // (the masked projection) live until it returns.
-                let cg = self.op(&[parts[0]], ie, ec, &[]);
-                let cu = self.op(&[parts[1]], ie, ec, &[]);
+                let cg = self.op1(parts[0], ie, ec);
+                let cu = self.op1(parts[1], ie, ec);
                 let ga = self.op1(cg, ie, ec);
                 let sg = self.op1(ga, ie, ec);
                 let glu = self.op(&[cg, sg], ie, ec, &[]);
@@ -1935,11 +1937,7 @@ impl<'c, 'a> Builder<'c, 'a> {
             gated,
             s * h * ec.bytes(),
             (experts * i * h + bias(m.expert_bias, h)) * ctx.g.bytes(),
-            if m.expert_bias && !held_bias {
-                s * h * ec.bytes()
-            } else {
-                0.0
-            },
+            h * bias_row,
             ec,
         );
         self.native = false;
