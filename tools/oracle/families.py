@@ -14,9 +14,11 @@ with
 
 (3 steps, AdamW fused, figures of the last step). Results: tests/data/oracle/families.jsonl
 (scenario format of tests/data/calibration-scenarios.jsonl) and families-detail.jsonl (peak op,
-labels at the peak, per-layer forward deltas). Nothing in oracle.py had to change: cases that
-need another model class than AutoModelForCausalLM's (multimodal wrappers) are given their text
-config (`gemma3_text`, `llama4_text`), and `kimi_k2` is given as `deepseek_v3`.
+labels at the peak, per-layer forward deltas). Llama 4's wrapper is given its text config
+(`llama4_text`: AutoModelForCausalLM builds Llama4ForCausalLM from either), and `kimi_k2` as
+`deepseek_v3`. Gemma 3's is run both ways: its text config, and the wrapper whole, which
+AutoModelForCausalLM builds as Gemma3ForConditionalGeneration, vision tower included (oracle.py
+finds its decoder's layers in `model.language_model` and turns off its `text_config.use_cache`).
 """
 import argparse
 import json
@@ -71,6 +73,11 @@ def small_configs():
     g12 = dict(base("gemma-3-12b-it")["text_config"])
     g12.pop("sliding_window_pattern", None)
     c["gemma-3-12b-text-L6"] = ("gemma-3-12b-it", cut(g12, 6, ["sliding_attention"] * 5 + ["full_attention"]))
+    # The published wrapper whole (AutoModelForCausalLM builds Gemma3ForConditionalGeneration:
+    # the SigLIP tower of vision_config, 27 layers, and the projector), its decoder cut as above
+    wrap = base("gemma-3-12b-it")
+    wrap["text_config"] = c["gemma-3-12b-text-L6"][1]
+    c["gemma-3-12b-wrapper-L6"] = ("gemma-3-12b-it", wrap)
     # llama4 Scout text: layer 0 chunked attention with RoPE + QK-norm, layer 1 NoPE full attention
     l4 = dict(base("llama4-scout-17b-16e")["text_config"])
     c["llama4-scout-text-L2"] = ("llama4-scout-17b-16e", cut(l4, 2, None, no_rope_layer_interval=2))
@@ -213,6 +220,7 @@ RUNS = [(n, 2048, 0, "eager" if n in EAGER_ONLY else "sdpa") for n in small_conf
     ("gemma-2-9b-L4", 2048, 0, "eager"),
     ("gemma-2-9b-L4", 4096, 0, "sdpa"),
     ("gemma-3-1b-L6", 2048, 1, "sdpa"),
+    ("gemma-3-12b-wrapper-L6", 2048, 1, "sdpa"),
     ("gemma-3-1b-L6", 2048, 0, "eager"),
     ("deepseek-v2-lite-L2", 2048, 1, "sdpa"),
     ("mistral-7b-v0.1-L4", 4096, 0, "sdpa"),

@@ -402,7 +402,7 @@ fn cmd_presets(json: bool) -> String {
                 let c = p.arch.params();
                 serde_json::json!({
                     "name": p.name, "aliases": p.aliases, "family": p.arch.family.name(),
-                    "params": c.total, "active_params": c.active, "layers": p.arch.layers,
+                    "params": c.total + c.vision, "active_params": c.active, "layers": p.arch.layers,
                     "hidden": p.arch.hidden, "vocab": p.arch.vocab, "source": p.source,
                 })
             })
@@ -429,11 +429,12 @@ fn cmd_presets(json: bool) -> String {
         "name", "family", "parameters", "layers", "hidden"
     );
     for p in presets {
+        let n = p.arch.params();
         s.push_str(&format!(
             "{:<nw$}{:<fw$}{:>15}  {:>7}  {:>7}  {}\n",
             p.name,
             p.arch.family.name(),
-            p.arch.params().total,
+            n.total + n.vision,
             p.arch.layers,
             p.arch.hidden,
             p.source

@@ -428,6 +428,30 @@ pub struct Architecture {
     /// Keys and values are broadcast to every query head before the cache and attention
     /// (Falcon's new decoder architecture).
     pub kv_expanded: bool,
+    /// A multimodal wrapper's vision tower, loaded with the decoder (Gemma 3's SigLIP).
+    pub vision: Option<Vision>,
+}
+
+/// Gemma 3's vision tower (transformers' `SiglipVisionModel`, from `vision_config`) and its
+/// projector into the decoder's width. Text batches never run it: it is resident weights,
+/// with no gradients and so no optimizer states.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Vision {
+    pub hidden: u64,
+    pub intermediate: u64,
+    pub layers: u64,
+    pub channels: u64,
+    pub patch: u64,
+    pub image: u64,
+    /// The attention-pooling head (`vision_use_head`, true unless the config says false).
+    pub head: bool,
+}
+
+impl Vision {
+    /// Position embeddings: one per patch of the image.
+    pub fn patches(&self) -> u64 {
+        (self.image / self.patch).pow(2)
+    }
 }
 
 /// A weight matrix of a linear layer: `inp` × `out` (+ `out` bias).
@@ -460,7 +484,10 @@ pub struct ParamCounts {
     pub routed_experts: u64,
     /// Parameters touched per token (routed experts count `top_k` of `experts`).
     pub active: u64,
+    /// The decoder's parameters: all of the above.
     pub total: u64,
+    /// A multimodal wrapper's vision tower and projector, outside `total`.
+    pub vision: u64,
 }
 
 use crate::hf::{MAX_DIM, MAX_EXPERTS, MAX_FFN, MAX_LAYERS, MAX_VOCAB};
@@ -520,6 +547,7 @@ impl Architecture {
             linear: None,
             quant: None,
             kv_expanded: false,
+            vision: None,
         }
     }
 
@@ -947,6 +975,10 @@ impl Architecture {
             routed_experts,
             active,
             total: layers.checked_add(outside)?,
+            vision: match &self.vision {
+                Some(v) => crate::params::vision_params(v, h),
+                None => 0,
+            },
         })
     }
 

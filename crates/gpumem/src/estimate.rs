@@ -24,10 +24,11 @@ pub struct Point {
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct Estimate {
     pub model: String,
-    /// The model's parameters (a LoRA run's adapters are not among them).
+    /// The model's parameters, as transformers counts them (a Gemma 3 wrapper's vision tower
+    /// included; a LoRA run's adapters not).
     pub params: u64,
-    /// What the optimizer updates: every parameter, or a LoRA run's adapters (then in
-    /// addition to `params`, and not always fewer).
+    /// What the optimizer updates: every parameter of the decoder, or a LoRA run's adapters
+    /// (then in addition to `params`, and not always fewer).
     pub trainable_params: u64,
     /// Parameters used per token (MoE: routed experts count top-k of all).
     pub active_params: u64,
@@ -225,6 +226,7 @@ pub fn estimate(s: &Scenario) -> Result<Estimate> {
             if a.moe.is_some() {
                 notes.push("MoE: tokens are assumed evenly routed; experts run as transformers 5's grouped_mm (all routed rows gathered at once)".into());
             }
+            vision_note(s, a, &mut notes);
             if train {
                 let r = train_step(s, a, base, grads, grads_full, &mut timeline);
                 replayed = r.3;
@@ -291,7 +293,7 @@ pub fn estimate(s: &Scenario) -> Result<Estimate> {
     let p = &states.params;
     let params = match &s.model {
         Model::Params(n) => *n,
-        _ => p.total,
+        _ => p.total + p.vision,
     };
     Ok(Estimate {
         model: name,
@@ -759,6 +761,7 @@ fn pytorch_dp(s: &Scenario, name: &str, model: &Architecture) -> Result<Estimate
     });
     cap_timeline(&mut timeline, peak_bytes);
     let pc = model.params();
+    vision_note(s, model, &mut notes);
     // A stage's backward names its layers by their order in the stage (not a chunk's of an
     // interleaved stage: those are named from the top).
     let of = match par.schedule {
@@ -771,7 +774,7 @@ fn pytorch_dp(s: &Scenario, name: &str, model: &Architecture) -> Result<Estimate
     }
     Ok(Estimate {
         model: name.to_string(),
-        params: pc.total,
+        params: pc.total + pc.vision,
         trainable_params: pc.total,
         active_params: pc.active,
         peak_bytes,
@@ -1651,7 +1654,8 @@ impl ModelStates {
             Some(a) => a.params(),
             None => Default::default(),
         };
-        match (arch, &s.finetune) {
+        let vision = arch.map_or(0.0, |a| vision_bytes(s, a));
+        let mut st = match (arch, &s.finetune) {
             (None, _) | (Some(_), Finetune::Full) => {
                 let (n, tensors) = match arch {
                     Some(a) => (params.total, param_tensors(a, params.total)),
@@ -1727,8 +1731,56 @@ impl ModelStates {
                     params,
                 }
             }
-        }
+        };
+        st.weights += vision;
+        st
     }
+}
+
+/// Whether the engine places a multimodal wrapper's vision tower: on one GPU running
+/// PyTorch's own loop (no DeepSpeed, whose optimizer would keep states for it; nothing
+/// offloaded), with 16- or 32-bit weights (a quantized tower is not modelled).
+fn vision_placed(s: &Scenario, a: &Architecture) -> bool {
+    let par = &s.parallel;
+    a.vision.is_some()
+        && par.gpus() == 1
+        && par.framework != Framework::DeepSpeed
+        && !par.offload_optimizer
+        && !par.offload_params
+        && s.precision.weights.is_float_compute()
+        && a.quant.is_none()
+        && !matches!(&s.finetune, Finetune::Lora(l) if l.quantized)
+}
+
+/// The vision tower's bytes on the GPU where [`vision_placed`]: its parameters in the
+/// model's dtype (fp32 under mixed precision, whose master weights are the parameters),
+/// and its position ids (int64).
+pub(crate) fn vision_bytes(s: &Scenario, a: &Architecture) -> f64 {
+    match &a.vision {
+        Some(v) if vision_placed(s, a) => {
+            let p = &s.precision;
+            let dt = match (&s.finetune, s.mode) {
+                (Finetune::Full, Mode::Train) => p.master.unwrap_or(p.weights),
+                _ => p.weights,
+            };
+            a.params().vision as f64 * dt.bytes() + v.patches() as f64 * 8.0
+        }
+        _ => 0.0,
+    }
+}
+
+/// What the estimate says of a vision tower.
+fn vision_note(s: &Scenario, a: &Architecture, notes: &mut Vec<String>) {
+    let n = a.params().vision;
+    if n == 0 {
+        return;
+    }
+    let n = crate::num::thousands(n);
+    notes.push(if vision_placed(s, a) {
+        format!("vision tower: {n} parameters, loaded with the decoder; text batches never run it (no gradients or optimizer states)")
+    } else {
+        format!("vision tower: {n} parameters, not counted here (several GPUs, DeepSpeed, offload or quantized weights)")
+    });
 }
 
 /// Whether inference keeps the weights in the checkpoint's own quantized format (MXFP4 or

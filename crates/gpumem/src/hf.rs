@@ -236,7 +236,20 @@ pub const HF_KEYS: &[&str] = &[
     "qk_rope_head_dim",
     "v_head_dim",
     "text_config",
+    "vision_config",
+    // A wrapper's vision tower in the `arch` knob's flat form.
+    "vision_config.hidden_size",
+    "vision_config.intermediate_size",
+    "vision_config.num_hidden_layers",
+    "vision_config.num_channels",
+    "vision_config.patch_size",
+    "vision_config.image_size",
+    "vision_config.vision_use_head",
     "qkv_bias",
+    "num_channels",
+    "patch_size",
+    "image_size",
+    "vision_use_head",
     "use_bias",
     "bias",
     "shared_expert_intermediate_size",
@@ -326,6 +339,16 @@ pub fn parse_hf_config(v: &Value, at: &str) -> Result<Architecture> {
         })?;
         let inner = Obj::new(tc, &o.path("text_config"))?;
         let mut a = parse_decoder(&inner, family)?;
+        // AutoModelForCausalLM builds Gemma 3's wrapper whole, its vision tower with it
+        // (`vision_config`, or SigLIP's defaults); Llama 4's, as its text model alone.
+        if family == Family::Gemma3 {
+            let keys = SIGLIP.map(|k| k.0);
+            a.vision = Some(match o.get("vision_config") {
+                Some(v) => siglip(&Obj::new(v, &o.path("vision_config"))?, &keys),
+                // None of the flat form's keys is in a config: SigLIP's defaults.
+                None => siglip(&o, &FLAT),
+            }?);
+        }
         if a.quant.is_none() {
             a.quant = quantization(&o)?;
         }
@@ -1110,7 +1133,56 @@ fn parse_decoder(o: &Obj<'_>, family: Family) -> Result<Architecture> {
     }
     a.moe = parse_moe(o, family, &a)?;
     a.quant = quantization(o)?;
+    // The `arch` knob carries a wrapper's vision tower as `vision_config.KEY` beside its
+    // decoder's keys.
+    if family == Gemma3 && o.map.contains_key(FLAT[0]) {
+        a.vision = Some(siglip(o, &FLAT)?);
+    }
     Ok(a)
+}
+
+/// Gemma 3's vision tower's sizes, with their bounds (which keep its parameter count in
+/// `u64`: [`crate::params::vision_params`]) and defaults (transformers'
+/// `SiglipVisionConfig`); then whether it has its pooling head.
+const SIGLIP: [(&str, u64, u64); 7] = [
+    ("hidden_size", 1 << 16, 768),
+    ("intermediate_size", 1 << 20, 3072),
+    ("num_hidden_layers", 1024, 12),
+    ("num_channels", 64, 3),
+    ("patch_size", 1024, 16),
+    ("image_size", 1 << 16, 224),
+    ("vision_use_head", 0, 0),
+];
+
+/// The same keys in the `arch` knob's flat form.
+const FLAT: [&str; 7] = [
+    "vision_config.hidden_size",
+    "vision_config.intermediate_size",
+    "vision_config.num_hidden_layers",
+    "vision_config.num_channels",
+    "vision_config.patch_size",
+    "vision_config.image_size",
+    "vision_config.vision_use_head",
+];
+
+/// Gemma 3's `vision_config`: its keys in `o` named as `keys` names them ([`SIGLIP`]'s, or
+/// [`FLAT`]), SigLIP's defaults where a key is absent. Only the sizes that make parameters
+/// are read.
+fn siglip(o: &Obj, keys: &[&str; 7]) -> Result<crate::arch::Vision> {
+    let mut d = [0; 6];
+    for ((x, k), (_, hi, default)) in d.iter_mut().zip(keys).zip(SIGLIP) {
+        *x = o.bounded_opt(k, 1, hi)?.unwrap_or(default);
+    }
+    let [hidden, intermediate, layers, channels, patch, image] = d;
+    Ok(crate::arch::Vision {
+        hidden,
+        intermediate,
+        layers,
+        channels,
+        patch,
+        image,
+        head: o.bool_opt(keys[6])?.unwrap_or(true),
+    })
 }
 
 /// The mixture of experts, with its family's defaults and layer placement.
@@ -1509,6 +1581,20 @@ fn all_keys(a: &Architecture) -> Map<String, Value> {
         }
         None => {}
     }
+    if let Some(v) = &a.vision {
+        let d = [
+            v.hidden,
+            v.intermediate,
+            v.layers,
+            v.channels,
+            v.patch,
+            v.image,
+        ];
+        for (k, x) in FLAT.iter().zip(d) {
+            put(k, x.into());
+        }
+        put(FLAT[6], v.head.into());
+    }
     m
 }
 
@@ -1637,6 +1723,12 @@ mod tests {
                 if key != "family" && key != "recipe" {
                     assert!(HF_KEYS.contains(&key), "{key} is read but not in HF_KEYS");
                 }
+            }
+        }
+        for ((k, ..), flat) in SIGLIP.iter().zip(FLAT) {
+            assert_eq!(flat, format!("vision_config.{k}"));
+            for key in [*k, flat] {
+                assert!(HF_KEYS.contains(&key), "{key} is read but not in HF_KEYS");
             }
         }
     }

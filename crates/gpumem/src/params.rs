@@ -6,7 +6,7 @@
 //! over 64 ranks leave each rank a whole expert), and tensor parallelism splits some
 //! tensors along their rows and others along their columns.
 
-use crate::arch::{Architecture, AttnType, Block, Family, LayerKind, Norm, QkNorm};
+use crate::arch::{Architecture, AttnType, Block, Family, LayerKind, Norm, QkNorm, Vision};
 
 /// How tensor parallelism divides a tensor (torchtitan's plan on the Hugging Face modules).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -247,6 +247,64 @@ pub fn head(a: &Architecture) -> Vec<PTensor> {
     v
 }
 
+/// A vision tower's parameters in the order transformers creates them (`SiglipVisionModel`,
+/// then Gemma 3's projector into the decoder's width `text`): those before its layers, one
+/// layer's, and those after. The position ids, an int64 buffer of [`Vision::patches`]
+/// elements, are created after the position embedding (the third tensor).
+pub fn vision_parts(v: &Vision, text: u64) -> [Vec<PTensor>; 3] {
+    let (h, i) = (v.hidden, v.intermediate);
+    let w = |d0: u64, r: u64| PTensor::new(d0, r, Split::Whole);
+    let vec = |n: u64| w(n, 1);
+    let mlp = [w(i, h), vec(i), w(h, i), vec(h)];
+    let before = vec![
+        w(h, v.channels * v.patch * v.patch),
+        vec(h),
+        w(v.patches(), h),
+    ];
+    // layer_norm1, the k/v/q/out projections with biases, layer_norm2, the MLP.
+    let mut layer = vec![vec(h), vec(h)];
+    for _ in 0..4 {
+        layer.extend([w(h, h), vec(h)]);
+    }
+    layer.extend([vec(h), vec(h)]);
+    layer.extend(mlp);
+    let mut after = vec![vec(h), vec(h)];
+    if v.head {
+        // The probe, the attention's in/out projections, its layer norm and MLP.
+        after.extend([
+            vec(h),
+            w(3 * h, h),
+            vec(3 * h),
+            w(h, h),
+            vec(h),
+            vec(h),
+            vec(h),
+        ]);
+        after.extend(mlp);
+    }
+    after.extend([w(h, text), vec(h)]);
+    [before, layer, after]
+}
+
+/// The vision tower's parameters ([`vision_parts`] added up). The parser's bounds (hidden
+/// ≤ 2^16, intermediate ≤ 2^20, layers ≤ 1,024, channels ≤ 64, patch ≤ 1,024, image ≤ 2^16
+/// pixels, the decoder's width ≤ 2^24) keep every term below 2^50.
+pub fn vision_params(v: &Vision, text: u64) -> u64 {
+    let (h, i) = (v.hidden, v.intermediate);
+    let mlp = 2 * h * i + i + h;
+    // Two layer norms and four projections with biases, the MLP.
+    let layer = 4 * h * h + 8 * h + mlp;
+    let head = if v.head { 4 * h * h + 7 * h + mlp } else { 0 };
+    h * v.channels * v.patch * v.patch
+        + h
+        + v.patches() * h
+        + v.layers * layer
+        + 2 * h
+        + head
+        + h * text
+        + h
+}
+
 /// Elements of a list of tensors as one rank holds them.
 pub fn local_numel(ts: &[PTensor], tp: u64, ep: u64) -> u64 {
     ts.iter().map(|t| t.local(tp, ep).numel()).sum()
@@ -280,6 +338,37 @@ mod tests {
             let n = local_numel(&embedding(a), 1, 1) + local_numel(&head(a), 1, 1) + layers;
             assert_eq!(n, a.params().total, "{}", p.name);
         }
+    }
+
+    /// The vision tower's count is its tensors added up, with and without the pooling head.
+    #[test]
+    fn the_vision_count_adds_up_its_tensors() {
+        for head in [false, true] {
+            let v = Vision {
+                hidden: 1152,
+                intermediate: 4304,
+                layers: 3,
+                channels: 3,
+                patch: 14,
+                image: 896,
+                head,
+            };
+            let [b, l, a] = vision_parts(&v, 3840);
+            let sum = |ts: &[PTensor]| ts.iter().map(|t| t.numel()).sum::<u64>();
+            let want = sum(&b) + 3 * sum(&l) + sum(&a);
+            assert_eq!(vision_params(&v, 3840), want);
+        }
+        // At the parser's bounds, within u64 (debug builds would panic on overflow).
+        let most = Vision {
+            hidden: 1 << 16,
+            intermediate: 1 << 20,
+            layers: 1024,
+            channels: 64,
+            patch: 1024,
+            image: 1 << 16,
+            head: true,
+        };
+        assert!(vision_params(&most, 1 << 24) < 1 << 51);
     }
 
     #[test]

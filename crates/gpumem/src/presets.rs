@@ -313,8 +313,8 @@ const CONFIGS: &[Config] = &[
     Config {
         name: "gemma-3-12b",
         aliases: &["gemma-3-12b-it"],
-        source: "google/gemma-3-12b-it config.json (text_config; the vision tower is not modelled)",
-        json: r#"{"model_type":"gemma3_text","hidden_size":3840,"intermediate_size":15360,"num_hidden_layers":48,"num_attention_heads":16,"num_key_value_heads":8,"head_dim":256,"vocab_size":262208,"sliding_window":1024,"sliding_window_pattern":6}"#,
+        source: "google/gemma-3-12b-it config.json (its text_config, and the SigLIP vision tower of its vision_config)",
+        json: r#"{"model_type":"gemma3","text_config":{"hidden_size":3840,"intermediate_size":15360,"num_hidden_layers":48,"num_attention_heads":16,"num_key_value_heads":8,"head_dim":256,"vocab_size":262208,"sliding_window":1024,"sliding_window_pattern":6},"vision_config":{"hidden_size":1152,"intermediate_size":4304,"num_hidden_layers":27,"patch_size":14,"image_size":896,"vision_use_head":false}}"#,
     },
     Config {
         name: "gpt-oss-20b",

@@ -855,15 +855,15 @@ fn parse_model(v: &Value) -> Result<Model> {
                 }
                 return Ok(Model::Params(n));
             }
+            // Explicit fields: the browser's knobs never write a model this way (a preset,
+            // `arch`'s config.json keys or `params`), so the widgets leave their parser out.
+            if cfg!(target_arch = "wasm32") {
+                return Err(Error::new("model", "give a preset, hf_config or params"));
+            }
             let arch = hf::parse_explicit(v, "model")?;
-            // (Nor do they write a model this way.)
-            let name = if cfg!(target_arch = "wasm32") {
-                None
-            } else {
-                o.str_opt("name")?
-            };
             Ok(Model::Arch {
-                name: name
+                name: o
+                    .str_opt("name")?
                     .map(|s| truncate(s, 60))
                     .unwrap_or_else(|| format!("custom {}", arch.family.name())),
                 arch,

@@ -64,6 +64,7 @@ fn every_family_trains_within_bounds_of_the_oracle() {
         "qwen3_next",
         "gemma2",
         "gemma3_text",
+        "gemma3",
         "llama4_text",
         "phi3",
         "olmo2",

@@ -940,6 +940,22 @@ fn prepare<'s>(
     let mut params = Vec::new();
     let mut owners = Vec::new();
     let mut states_v = Vec::new();
+    // A multimodal wrapper creates its vision tower first: parameters in the model's dtype
+    // (the master's, where that is the parameters'), the position ids after the third.
+    let mut vision = 0;
+    if let (Some(v), true) = (&a.vision, crate::estimate::vision_bytes(s, a) > 0.0) {
+        let vb = p.master.unwrap_or(p.weights).bytes();
+        let [before, layer, after] = crate::params::vision_parts(v, a.hidden);
+        let layers = (0..v.layers).flat_map(|_| layer.iter());
+        for (j, t) in before.iter().chain(layers).chain(&after).enumerate() {
+            params.push((t.numel() as f64 * vb).round() as u64);
+            if j == 2 {
+                params.push(v.patches() * 8);
+            }
+        }
+        vision = params.len();
+        owners.resize(vision, 0);
+    }
     let mut add = |t: &crate::params::PTensor, owner: usize| {
         params.push((t.numel() as f64 * wb).round() as u64);
         owners.push(owner);
@@ -955,7 +971,7 @@ fn prepare<'s>(
     if let Some(m) = p.master {
         // A separate full-precision copy of every parameter, made with the optimizer.
         let n = params.len();
-        for i in 0..n {
+        for i in vision..n {
             params.push((params[i] as f64 / wb * m.bytes()).round() as u64);
             owners.push(owners[i]);
         }

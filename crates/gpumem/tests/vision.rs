@@ -1,0 +1,141 @@
+//! Gemma 3's multimodal wrapper: AutoModelForCausalLM builds it whole
+//! (Gemma3ForConditionalGeneration), and its SigLIP vision tower sits in memory beside the
+//! decoder though text batches never run it.
+
+use gpumem::{estimate, Scenario};
+use serde_json::{json, Value};
+
+fn root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The published gemma-3-12b-it wrapper with its decoder cut to 6 layers (the oracle's case,
+/// written by tools/oracle/families.py), and its decoder alone.
+fn configs() -> (Value, Value) {
+    let path = root().join("tests/data/oracle/families/gemma-3-12b-wrapper-L6.json");
+    let wrapper: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let text = wrapper["text_config"].clone();
+    (wrapper, text)
+}
+
+fn run(config: &Value, extra: Value) -> gpumem::Estimate {
+    let mut v =
+        json!({"model": {"hf_config": config}, "batch": 1, "seq": 1024, "precision": "bf16"});
+    for (k, x) in extra.as_object().unwrap() {
+        v[k] = x.clone();
+    }
+    estimate(&Scenario::from_value(&v).unwrap()).unwrap()
+}
+
+/// Parameter counts of `AutoModelForCausalLM.from_config` on the meta device (transformers
+/// 5.17.0, torch 2.11.0): the 12B wrapper's tower is 421,290,864 parameters (12,187,325,040
+/// in all, tests/data/models/models.jsonl); without a `vision_config` Gemma3Config takes
+/// SiglipVisionConfig's defaults, whose pooling head (`vision_use_head` unset) adds to the
+/// tower: 95,834,112 with this decoder's width.
+#[test]
+fn the_tower_is_counted_as_transformers_builds_it() {
+    let (wrapper, text) = configs();
+    let p = gpumem::hf::parse_hf_config(&wrapper, "c").unwrap().params();
+    assert_eq!((p.total, p.vision), (2_351_776_512, 421_290_864));
+    assert_eq!(
+        gpumem::hf::parse_hf_config(&text, "c")
+            .unwrap()
+            .params()
+            .vision,
+        0
+    );
+    let mut bare = wrapper.clone();
+    bare.as_object_mut().unwrap().remove("vision_config");
+    let p = gpumem::hf::parse_hf_config(&bare, "c").unwrap().params();
+    assert_eq!(p.total + p.vision, 2_447_610_624);
+    assert_eq!(p.vision, 95_834_112);
+}
+
+/// On one GPU the tower is weights (the model's dtype; fp32 where mixed precision keeps fp32
+/// parameters) and its int64 position ids; no gradients, no optimizer states. Elsewhere it is
+/// not placed, and the estimate says so.
+#[test]
+fn the_tower_is_resident_weights_on_one_gpu() {
+    let (wrapper, text) = configs();
+    let tower = 421_290_864.0;
+    let ids = 4096.0 * 8.0;
+    for (precision, bytes) in [("bf16", 2.0), ("fp32", 4.0), ("mixed-bf16", 4.0)] {
+        for mode in ["train", "inference"] {
+            let extra = json!({"precision": precision, "mode": mode});
+            let (w, t) = (run(&wrapper, extra.clone()), run(&text, extra));
+            // Inference under mixed precision loads 16-bit weights.
+            let b = if mode == "inference" && precision == "mixed-bf16" {
+                2.0
+            } else {
+                bytes
+            };
+            let what = format!("{precision} {mode}");
+            assert_eq!(
+                w.weights_bytes as f64 - t.weights_bytes as f64,
+                tower * b + ids,
+                "{what}"
+            );
+            assert_eq!(w.params, t.params + 421_290_864, "{what}");
+            assert_eq!(w.trainable_params, t.trainable_params, "{what}");
+            assert_eq!(w.gradients_bytes, t.gradients_bytes, "{what}");
+            assert_eq!(w.optimizer_states_bytes, t.optimizer_states_bytes, "{what}");
+            assert_eq!(w.master_weights_bytes, t.master_weights_bytes, "{what}");
+            assert!(
+                w.notes
+                    .iter()
+                    .any(|n| n.contains("loaded with the decoder")),
+                "{what}"
+            );
+        }
+    }
+    // The caching allocator's replay holds the tower too.
+    let (w, t) = (run(&wrapper, json!({})), run(&text, json!({})));
+    assert!(w.reserved_replayed && t.reserved_replayed);
+    assert!(w.peak_reserved_bytes >= t.peak_reserved_bytes + 842_581_728);
+    // Not placed under data parallelism: the decoder's figures, said.
+    let fsdp = json!({"parallel": {"dp": 2, "zero": 3}});
+    let (w, t) = (run(&wrapper, fsdp.clone()), run(&text, fsdp));
+    assert_eq!(w.peak_bytes, t.peak_bytes);
+    assert!(w.notes.iter().any(|n| n.contains("not counted")));
+    assert!(!t.notes.iter().any(|n| n.contains("vision")));
+}
+
+/// A page's `arch` knob carries the tower (`vision_config.KEY` pairs) and reads it back; a
+/// malformed `vision_config`, pasted or in a knob, is refused naming the field.
+#[test]
+fn the_knob_carries_the_tower_and_errors_name_its_fields() {
+    let (wrapper, _) = configs();
+    let knob = gpumem::knobs::arch_from_config_json(&wrapper.to_string()).unwrap();
+    assert!(knob.contains("vision_config.hidden_size=1152"), "{knob}");
+    let s = gpumem::knobs::scenario([("arch", knob.as_str())]).unwrap();
+    let want = gpumem::hf::parse_hf_config(&wrapper, "c").unwrap();
+    match s.model {
+        gpumem::scenario::Model::Arch { arch, .. } => assert_eq!(arch, want),
+        other => panic!("{other:?}"),
+    }
+    let refuse = |k: &str, v: Value| {
+        let mut c = wrapper.clone();
+        if k.is_empty() {
+            c["vision_config"] = v;
+        } else {
+            c["vision_config"][k] = v;
+        }
+        gpumem::hf::parse_hf_config(&c, "config").unwrap_err().field
+    };
+    assert_eq!(refuse("", json!("siglip")), "config.vision_config");
+    assert_eq!(
+        refuse("patch_size", json!(0)),
+        "config.vision_config.patch_size"
+    );
+    assert_eq!(
+        refuse("image_size", json!([896, 896])),
+        "config.vision_config.image_size"
+    );
+    assert_eq!(
+        refuse("num_hidden_layers", json!(1e12)),
+        "config.vision_config.num_hidden_layers"
+    );
+    let bad = knob.replace("vision_config.patch_size=14", "vision_config.patch_size=0");
+    let e = gpumem::knobs::scenario([("arch", bad.as_str())]).unwrap_err();
+    assert!(e.field.ends_with("vision_config.patch_size"), "{e}");
+}
