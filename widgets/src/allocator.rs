@@ -273,10 +273,7 @@ pub fn use_live_marker() -> NodeRef {
 pub fn use_allocator(init: &Init) -> Html {
     let (k, set) = use_knobs(init, false);
     let root = use_live_marker();
-    let model = k
-        .get("model")
-        .unwrap_or(gpumem::knobs::DEFAULT_MODEL)
-        .to_string();
+    let model = k.model_name().to_string();
     let batch = k.count("batch", 1);
     let seq = k.count("seq", 2048);
     let precision = k.get_or_default("precision").to_string();
@@ -289,11 +286,13 @@ pub fn use_allocator(init: &Init) -> Html {
         opt_f64(init, "model-max", 175.0),
         &model,
     );
-    let model_at = rungs.iter().position(|r| r.name == model).unwrap_or(0);
-    let model_text = rungs
-        .get(model_at)
-        .map(|r| format!("{} ({} parameters)", r.name, params(r.params)))
-        .unwrap_or_else(|| model.clone());
+    // A config the page was given is not on the ladder: the slider names it at the start.
+    let found = rungs.iter().position(|r| r.name == model);
+    let model_at = found.unwrap_or(0);
+    let model_text = match found {
+        Some(i) => format!("{} ({} parameters)", rungs[i].name, params(rungs[i].params)),
+        None => model.clone(),
+    };
     let on_model = {
         let (k, set, names) = (
             k.clone(),
@@ -301,8 +300,9 @@ pub fn use_allocator(init: &Init) -> Html {
             rungs.iter().map(|r| r.name).collect::<Vec<_>>(),
         );
         Callback::from(move |i: i64| {
+            // A preset replaces a config the page was given.
             if let Some(n) = names.get(i.max(0) as usize) {
-                set.emit(k.with("model", *n));
+                set.emit(k.without("arch").with("model", *n));
             }
         })
     };
@@ -584,5 +584,18 @@ mod tests {
             "the current model is always on the slider"
         );
         assert!(!rungs.iter().any(|r| r.name == "llama3.1-405b"));
+    }
+
+    /// A config given as `arch` wins over the preset: the card names it, not the preset
+    /// beside it, and so does the model slider until it is moved.
+    #[test]
+    fn a_config_is_named_as_what_the_card_shows() {
+        let i = init(
+            &[("model", "llama3.1-8b"), ("arch", "model_type=qwen3,hidden_size=1024,num_hidden_layers=4,num_attention_heads=16,num_key_value_heads=8,head_dim=128,intermediate_size=3072,vocab_size=151936")],
+            &[],
+        );
+        let html = crate::render(&i).unwrap();
+        assert!(html.contains("custom (config.json) · b=1"), "{html}");
+        assert!(!html.contains("llama3.1-8b · b=1"), "{html}");
     }
 }

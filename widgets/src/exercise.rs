@@ -306,10 +306,7 @@ pub fn use_exercise(init: &Init) -> Html {
     // A page that sets a parameter count (ZeRO's) has no model to name: the count is it.
     let model = match k.get("params") {
         Some(_) => crate::format::params(k.count("params", 0)),
-        None => k
-            .get("model")
-            .unwrap_or(gpumem::knobs::DEFAULT_MODEL)
-            .into(),
+        None => k.model_name().into(),
     };
     let sub = format!(
         "{model} · b={} · s={}{}",

@@ -28,7 +28,7 @@ pub fn use_ledger(init: &Init) -> Html {
     let loss = init.option("of") == Some("loss");
     let sub = format!(
         "{} · b={} · s={}",
-        k.get("model").unwrap_or(gpumem::knobs::DEFAULT_MODEL),
+        k.model_name(),
         k.count("batch", 1),
         tokens(k.count("seq", 2048))
     );

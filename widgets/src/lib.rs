@@ -80,6 +80,16 @@ impl Knobs {
         n
     }
 
+    /// The model as a page names it: its preset, or a config (`arch`, which wins over the
+    /// preset) as the engine names it.
+    pub fn model_name(&self) -> &str {
+        if self.get("arch").is_some() {
+            "custom (config.json)"
+        } else {
+            self.get("model").unwrap_or(gpumem::knobs::DEFAULT_MODEL)
+        }
+    }
+
     /// A copy with one knob removed.
     pub fn without(&self, k: &str) -> Knobs {
         let mut n = self.clone();

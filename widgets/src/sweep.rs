@@ -434,7 +434,7 @@ pub fn use_sweep(init: &Init) -> Html {
             aria-describedby={summary_id.clone()}>
             <figcaption class="gm-head" id={title_id}>
                 <span class="gm-title">{ format!("Memory against {}", if knob == "dp" { "GPU count" } else { axis_name }) }</span>
-                <span class="gm-sub">{ format!("{} · {}", k.get("model").unwrap_or(gpumem::knobs::DEFAULT_MODEL), gpu) }</span>
+                <span class="gm-sub">{ format!("{} · {}", k.model_name(), gpu) }</span>
             </figcaption>
             { levers(init, &k, &try_set) }
             { refused_msg }
