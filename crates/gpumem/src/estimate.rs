@@ -1740,7 +1740,7 @@ impl ModelStates {
 /// Whether the engine places a multimodal wrapper's vision tower: on one GPU running
 /// PyTorch's own loop (no DeepSpeed, whose optimizer would keep states for it; nothing
 /// offloaded), with 16- or 32-bit weights (a quantized tower is not modelled).
-fn vision_placed(s: &Scenario, a: &Architecture) -> bool {
+pub(crate) fn vision_placed(s: &Scenario, a: &Architecture) -> bool {
     let par = &s.parallel;
     a.vision.is_some()
         && par.gpus() == 1
@@ -1763,7 +1763,7 @@ pub(crate) fn vision_bytes(s: &Scenario, a: &Architecture) -> f64 {
                 (Finetune::Full, Mode::Train) => p.master.unwrap_or(p.weights),
                 _ => p.weights,
             };
-            a.params().vision as f64 * dt.bytes() + v.patches() as f64 * 8.0
+            crate::params::vision_params(v, a.hidden) as f64 * dt.bytes() + v.patches() as f64 * 8.0
         }
         _ => 0.0,
     }
@@ -1771,11 +1771,10 @@ pub(crate) fn vision_bytes(s: &Scenario, a: &Architecture) -> f64 {
 
 /// What the estimate says of a vision tower.
 fn vision_note(s: &Scenario, a: &Architecture, notes: &mut Vec<String>) {
-    let n = a.params().vision;
-    if n == 0 {
+    let Some(v) = &a.vision else {
         return;
-    }
-    let n = crate::num::thousands(n);
+    };
+    let n = crate::num::thousands(crate::params::vision_params(v, a.hidden));
     notes.push(if vision_placed(s, a) {
         format!("vision tower: {n} parameters, loaded with the decoder; text batches never run it (no gradients or optimizer states)")
     } else {

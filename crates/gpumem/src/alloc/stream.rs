@@ -943,7 +943,11 @@ fn prepare<'s>(
     // A multimodal wrapper creates its vision tower first: parameters in the model's dtype
     // (the master's, where that is the parameters'), the position ids after the third.
     let mut vision = 0;
-    if let (Some(v), true) = (&a.vision, crate::estimate::vision_bytes(s, a) > 0.0) {
+    if let Some(v) = a
+        .vision
+        .as_ref()
+        .filter(|_| crate::estimate::vision_placed(s, a))
+    {
         let vb = p.master.unwrap_or(p.weights).bytes();
         let [before, layer, after] = crate::params::vision_parts(v, a.hidden);
         let layers = (0..v.layers).flat_map(|_| layer.iter());
