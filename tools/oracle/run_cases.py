@@ -35,6 +35,9 @@ MODELS = {
     "qwen2.5-0.5b": "qwen2.5-0.5b.json",  # the real Qwen2.5-0.5B config (q/k/v bias, tied)
     "qwen2-1b": "qwen2-style-1b.json",    # Qwen2-style (bias, tied) with 16 heads / 8 kv: tp 8
     "mixtral-small": "mixtral-small.json",  # Mixtral-style MoE: h1024, 8 experts, top-2, 4 layers
+    # Gemma 3 12B's multimodal wrapper (SigLIP tower + projector) with its decoder cut to 6
+    # layers: the config tools/oracle/families.py wrote
+    "gemma3-wrap": "../../../tests/data/oracle/families/gemma-3-12b-wrapper-L6.json",
 }
 
 FSDP_LAYOUTS = ("fsdp", "fsdp_tp", "hsdp", "pp_fsdp", "fsdp_cp")
@@ -95,6 +98,15 @@ def matrix():
     for w in (4, 8):
         C.append(case(MX, "fsdp", "2x2048", world=w, reshard=1, wrap="layers"))
     C.append(case(MX, "fsdp", "2x2048", prec="mixed", world=8, reshard=1, wrap="titan"))
+    # A multimodal wrapper: the vision tower sits in the root's group, never run by text
+    GW = "gemma3-wrap"
+    C.append(case(GW, "fsdp", "1x1024", world=4, reshard=1, wrap="layers"))
+    C.append(case(GW, "fsdp", "1x2048", ck=1, world=8, reshard=1, wrap="layers"))
+    C.append(case(GW, "fsdp", "1x2048", prec="mixed", world=8, reshard=1, wrap="layers"))
+    C.append(case(GW, "fsdp", "1x2048", world=4, reshard=0, wrap="layers"))
+    C.append(case(GW, "fsdp", "1x2048", world=8, reshard=1, wrap="titan"))
+    C.append(case(GW, "fsdp", "1x2048", prec="mixed", ck=1, world=8, reshard=0, wrap="titan"))
+    C.append(case(GW, "hsdp", "1x2048", world=16, shard=4, reshard=1, wrap="layers"))
     # --- DDP ---------------------------------------------------------------------------------
     for w in (2, 8):
         C.append(case(L2, "ddp", world=w))

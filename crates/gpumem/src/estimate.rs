@@ -1016,8 +1016,20 @@ fn rank_step(
     // optimizer on the CPU: the GPU gathers each unit from there and sends its reduced
     // gradients back.
     let cpu = fsdp && (par.offload_optimizer || par.offload_params);
+    // A multimodal wrapper's vision tower, in the root's group.
+    let tower = vision_sharded(s, a);
+    if let Some((shard, _, ids)) = tower {
+        let cat = if p.master.is_some() {
+            Cat::Master
+        } else {
+            Cat::Weights
+        };
+        base.add(cat, shard as f64 * pdt.bytes());
+        base.add(Cat::Weights, ids as f64);
+    }
     let f = step::Fsdp2 {
         titan: par.wrap == crate::scenario::Wrap::Titan,
+        frozen: tower.map_or(0.0, |t| t.1 as f64 * cdt.bytes()),
         reshard: par.zero >= 3,
         // Context parallelism and pipeline schedules compute the loss outside the model.
         loss_outside: par.cp > 1 || par.pp > 1,
@@ -1737,14 +1749,18 @@ impl ModelStates {
     }
 }
 
-/// Whether the engine places a multimodal wrapper's vision tower: on one GPU running
-/// PyTorch's own loop (no DeepSpeed, whose optimizer would keep states for it; nothing
-/// offloaded), with 16- or 32-bit weights (a quantized tower is not modelled).
+/// Whether the engine places a multimodal wrapper's vision tower: with 16- or 32-bit
+/// weights (a quantized tower is not modelled) and nothing offloaded, on one GPU running
+/// PyTorch's own loop (not DeepSpeed, whose optimizer would keep states for it) or under
+/// FSDP2 over data-parallel ranks alone ([`vision_sharded`]).
 pub(crate) fn vision_placed(s: &Scenario, a: &Architecture) -> bool {
     let par = &s.parallel;
+    let fsdp2 = par.framework == Framework::Fsdp
+        && par.zero >= 2
+        && par.shard_ranks() > 1
+        && !par.model_parallel();
     a.vision.is_some()
-        && par.gpus() == 1
-        && par.framework != Framework::DeepSpeed
+        && ((par.gpus() == 1 && par.framework != Framework::DeepSpeed) || fsdp2)
         && !par.offload_optimizer
         && !par.offload_params
         && s.precision.weights.is_float_compute()
@@ -1752,12 +1768,29 @@ pub(crate) fn vision_placed(s: &Scenario, a: &Architecture) -> bool {
         && !matches!(&s.finetune, Finetune::Lora(l) if l.quantized)
 }
 
-/// The vision tower's bytes on the GPU where [`vision_placed`]: its parameters in the
+/// Under FSDP2 (`fully_shard` over the data-parallel ranks alone: no TP, PP, CP or EP) a
+/// multimodal wrapper's vision tower is in no layer's unit, so in the root's group: each
+/// rank keeps its shard, and the root's all-gather unshards it at the start of every
+/// forward and keeps it so until the root's post-backward, although text never runs it
+/// (measured by the CPU oracle, `gemma3-wrap fsdp` in tests/data/oracle/sharded.jsonl).
+/// (Elements of one rank's shard, padding included; of the whole tower; bytes of its
+/// position ids, int64, which FSDP2 does not shard.)
+pub(crate) fn vision_sharded(s: &Scenario, a: &Architecture) -> Option<(u64, u64, u64)> {
+    let n = s.parallel.shard_ranks();
+    let v = a.vision.as_ref().filter(|_| n > 1 && vision_placed(s, a))?;
+    Some((
+        crate::params::vision_shard(v, a.hidden, n),
+        crate::params::vision_params(v, a.hidden),
+        v.patches() * 8,
+    ))
+}
+
+/// The vision tower's bytes on the one GPU where [`vision_placed`]: its parameters in the
 /// model's dtype (fp32 under mixed precision, whose master weights are the parameters),
 /// and its position ids (int64).
 pub(crate) fn vision_bytes(s: &Scenario, a: &Architecture) -> f64 {
     match &a.vision {
-        Some(v) if vision_placed(s, a) => {
+        Some(v) if vision_placed(s, a) && s.parallel.gpus() == 1 => {
             let p = &s.precision;
             let dt = match (&s.finetune, s.mode) {
                 (Finetune::Full, Mode::Train) => p.master.unwrap_or(p.weights),
@@ -1778,7 +1811,7 @@ fn vision_note(s: &Scenario, a: &Architecture, notes: &mut Vec<String>) {
     notes.push(if vision_placed(s, a) {
         format!("vision tower: {n} parameters, loaded with the decoder; text batches never run it (no gradients or optimizer states)")
     } else {
-        format!("vision tower: {n} parameters, not counted here (several GPUs, DeepSpeed, offload or quantized weights)")
+        format!("vision tower: {n} parameters, not counted here (DDP, DeepSpeed, model parallelism, offload or quantized weights)")
     });
 }
 

@@ -290,19 +290,32 @@ pub fn vision_parts(v: &Vision, text: u64) -> [Vec<PTensor>; 3] {
 /// ≤ 2^16, intermediate ≤ 2^20, layers ≤ 1,024, channels ≤ 64, patch ≤ 1,024, image ≤ 2^16
 /// pixels, the decoder's width ≤ 2^24) keep every term below 2^50.
 pub fn vision_params(v: &Vision, text: u64) -> u64 {
+    vision_shard(v, text, 1)
+}
+
+/// Elements of one rank's FSDP2 shard of the vision tower over `n` ranks ([`vision_parts`],
+/// each tensor's dim 0 padded to a multiple of `n`); the whole tower for `n` = 1.
+pub fn vision_shard(v: &Vision, text: u64, n: u64) -> u64 {
+    let c = |d: u64| d.div_ceil(n.max(1));
     let (h, i) = (v.hidden, v.intermediate);
-    let mlp = 2 * h * i + i + h;
+    let ch = c(h);
+    let mlp = c(i) * h + c(i) + ch * i + ch;
     // Two layer norms and four projections with biases, the MLP.
-    let layer = 4 * h * h + 8 * h + mlp;
-    let head = if v.head { 4 * h * h + 7 * h + mlp } else { 0 };
-    h * v.channels * v.patch * v.patch
-        + h
-        + v.patches() * h
+    let layer = 4 * ch * h + 8 * ch + mlp;
+    // The probe, the attention's in/out projections, its layer norm and MLP.
+    let head = if v.head {
+        ch + c(3 * h) * h + c(3 * h) + ch * h + 3 * ch + mlp
+    } else {
+        0
+    };
+    ch * v.channels * v.patch * v.patch
+        + ch
+        + c(v.patches()) * h
         + v.layers * layer
-        + 2 * h
+        + 2 * ch
         + head
-        + h * text
-        + h
+        + ch * text
+        + ch
 }
 
 /// Elements of a list of tensors as one rank holds them.
@@ -357,6 +370,12 @@ mod tests {
             let sum = |ts: &[PTensor]| ts.iter().map(|t| t.numel()).sum::<u64>();
             let want = sum(&b) + 3 * sum(&l) + sum(&a);
             assert_eq!(vision_params(&v, 3840), want);
+            // One rank's FSDP2 shard: dim 0 padded, tensor by tensor.
+            for n in [2, 3, 7, 8, 64, 5000] {
+                let shard = |ts: &[PTensor]| shard_numel(ts, 1, 1, n);
+                let want = shard(&b) + 3 * shard(&l) + shard(&a);
+                assert_eq!(vision_shard(&v, 3840, n), want, "{n} ranks");
+            }
         }
         // At the parser's bounds, within u64 (debug builds would panic on overflow).
         let most = Vision {

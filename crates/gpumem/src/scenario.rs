@@ -980,6 +980,9 @@ fn parse_parallel(v: &Value) -> Result<Parallel> {
         "gpus",
         "framework",
         "zero",
+        // PyTorch FSDP's strategy names, which the browser's knobs never write (they
+        // give `zero`): read natively only, to keep the wasm small.
+        #[cfg(not(target_arch = "wasm32"))]
         "fsdp",
         "shard_group",
         "sp",
@@ -1057,8 +1060,9 @@ fn parse_parallel(v: &Value) -> Result<Parallel> {
     }
     p.zero = z as u8;
     p.shard_group = p.dp;
+    #[cfg(not(target_arch = "wasm32"))]
     if let Some(strategy) = o.str_opt("fsdp")? {
-        if p.framework != Framework::Fsdp && cfg!(not(target_arch = "wasm32")) {
+        if p.framework != Framework::Fsdp {
             return Err(Error::new(
                 o.path("fsdp"),
                 "is PyTorch FSDP's sharding; it contradicts the framework given",
@@ -1079,7 +1083,7 @@ fn parse_parallel(v: &Value) -> Result<Parallel> {
                 ))
             }
         };
-        if o.get("zero").is_some() && z != u64::from(p.zero) && cfg!(not(target_arch = "wasm32")) {
+        if o.get("zero").is_some() && z != u64::from(p.zero) {
             return Err(Error::new(
                 o.path("fsdp"),
                 format!("sets ZeRO stage {}; it contradicts zero {z}", p.zero),
@@ -1090,7 +1094,7 @@ fn parse_parallel(v: &Value) -> Result<Parallel> {
                 Some(g) => g.min(p.dp),
                 // Sharded within a node (8 GPUs), which must divide the data-parallel ranks
                 // (the knobs never write hybrid_shard).
-                None if cfg!(not(target_arch = "wasm32")) && p.dp > 8 && p.dp % 8 != 0 => {
+                None if p.dp > 8 && p.dp % 8 != 0 => {
                     return Err(Error::new(
                         o.path("fsdp"),
                         format!(

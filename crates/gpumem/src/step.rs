@@ -1244,6 +1244,12 @@ pub(crate) struct Fsdp2 {
     /// torchtitan's wrapping: the embedding, each layer, [final norm, LM head], and a root
     /// holding nothing; otherwise each layer and a root holding the embedding and head.
     pub titan: bool,
+    /// Parameters of the root's group that no backward reaches (a multimodal wrapper's
+    /// vision tower under text-only training): gathered bytes. The root's all-gather
+    /// unshards them with the rest of its group at the forward's start, and they stay so
+    /// to its post-backward (FSDP2 never reshards the root after forward); they make no
+    /// gradient to reduce.
+    pub frozen: f64,
     /// `reshard_after_forward` of the layer (and embedding) units.
     pub reshard: bool,
     /// The loss is computed outside the model's forward (context parallelism: on the local
@@ -1407,7 +1413,9 @@ impl<'a> FsdpPart<'a> {
             part,
             runs,
             root: Unit {
-                gathered: e.gathered + h.gathered,
+                // Under torchtitan's wrapping the root holds only the frozen parameters
+                // (gathered apart, before the embedding's unit).
+                gathered: e.gathered + h.gathered + if f.titan { 0.0 } else { f.frozen },
                 rs_in: e.rs_in + h.rs_in,
                 rs_out: e.rs_out + h.rs_out,
                 grad: e.grad + h.grad,
@@ -1426,8 +1434,14 @@ impl<'a> FsdpPart<'a> {
     /// One micro-batch's forward from state `s`; returns the state after it.
     pub(crate) fn forward(&self, s: FsdpState, p: &mut Program, points: bool) -> FsdpState {
         let (st, f, part) = (self.st, self.f, &self.part);
-        if !f.titan && !s.root {
-            p.then(gather_now(self.root.gathered, Phase::FwdEmbedding));
+        // The root's group (torchtitan's holds only frozen parameters, if any).
+        let root = if f.titan {
+            f.frozen
+        } else {
+            self.root.gathered
+        };
+        if !s.root && (root > 0.0 || !f.titan) {
+            p.then(gather_now(root, Phase::FwdEmbedding));
         }
         let hold = if part.first && part.hold_embeds {
             st.embeds_hold
@@ -1664,12 +1678,16 @@ impl<'a> FsdpPart<'a> {
                 Phase::BwdEmbedding,
             ));
             // The end of backward: the last reduce-scatter's input is released (the one
-            // before it was, by that reduce-scatter).
+            // before it was, by that reduce-scatter), and torchtitan's root, holding only
+            // frozen parameters, reshards.
             p.then(Seg::free(
                 Cat::Comm,
                 unit.rs_in,
                 w(Phase::BwdEmbedding, "FSDP reduce-scatter"),
             ));
+            if f.titan && f.frozen > 0.0 {
+                p.then(reshard(f.frozen, Phase::BwdEmbedding));
+            }
             FsdpState::SHARDED
         } else {
             let (unit, ug) = if f.titan {
