@@ -107,6 +107,9 @@ def matrix():
     C.append(case(GW, "fsdp", "1x2048", world=8, reshard=1, wrap="titan"))
     C.append(case(GW, "fsdp", "1x2048", prec="mixed", ck=1, world=8, reshard=0, wrap="titan"))
     C.append(case(GW, "hsdp", "1x2048", world=16, shard=4, reshard=1, wrap="layers"))
+    C.append(case(GW, "tp", "1x2048", world=2, tp=2, sp=0, loss_parallel=1))
+    C.append(case(GW, "fsdp_tp", "1x2048", world=8, tp=2, sp=0, loss_parallel=1, reshard=1,
+                  wrap="layers"))
     # --- DDP ---------------------------------------------------------------------------------
     for w in (2, 8):
         C.append(case(L2, "ddp", world=w))

@@ -1135,7 +1135,7 @@ fn rank_step(
             ));
         }
     } else {
-        base.add(Cat::Weights, held * p.weights.bytes());
+        base.add(Cat::Weights, held * p.weights.bytes() + vision_bytes(s, a));
         let mut master = p.master.map_or(0.0, |m| held * m.bytes());
         if par.zero == 1 {
             // ZeroRedundancyOptimizer: the optimizer (and the master copy) sharded over the
@@ -1751,16 +1751,18 @@ impl ModelStates {
 
 /// Whether the engine places a multimodal wrapper's vision tower: with 16- or 32-bit
 /// weights (a quantized tower is not modelled) and nothing offloaded, on one GPU running
-/// PyTorch's own loop (not DeepSpeed, whose optimizer would keep states for it) or under
-/// FSDP2 over data-parallel ranks alone ([`vision_sharded`]).
+/// PyTorch's own loop (not DeepSpeed, whose optimizer would keep states for it), or under
+/// PyTorch's parallelism without pipeline or expert parallelism: sharded by FSDP2
+/// ([`vision_sharded`]), or whole on each of the tensor-parallel ranks of one replica
+/// (DTensor's plan covers the decoder alone).
 pub(crate) fn vision_placed(s: &Scenario, a: &Architecture) -> bool {
     let par = &s.parallel;
-    let fsdp2 = par.framework == Framework::Fsdp
-        && par.zero >= 2
-        && par.shard_ranks() > 1
-        && !par.model_parallel();
+    let pytorch = par.framework == Framework::Fsdp
+        && par.pp == 1
+        && par.ep == 1
+        && (par.zero >= 2 || par.dp * par.cp == 1);
     a.vision.is_some()
-        && ((par.gpus() == 1 && par.framework != Framework::DeepSpeed) || fsdp2)
+        && ((par.gpus() == 1 && par.framework != Framework::DeepSpeed) || pytorch)
         && !par.offload_optimizer
         && !par.offload_params
         && s.precision.weights.is_float_compute()
@@ -1768,16 +1770,21 @@ pub(crate) fn vision_placed(s: &Scenario, a: &Architecture) -> bool {
         && !matches!(&s.finetune, Finetune::Lora(l) if l.quantized)
 }
 
-/// Under FSDP2 (`fully_shard` over the data-parallel ranks alone: no TP, PP, CP or EP) a
-/// multimodal wrapper's vision tower is in no layer's unit, so in the root's group: each
-/// rank keeps its shard, and the root's all-gather unshards it at the start of every
-/// forward and keeps it so until the root's post-backward, although text never runs it
-/// (measured by the CPU oracle, `gemma3-wrap fsdp` in tests/data/oracle/sharded.jsonl).
-/// (Elements of one rank's shard, padding included; of the whole tower; bytes of its
-/// position ids, int64, which FSDP2 does not shard.)
+/// Under FSDP2 (`fully_shard` over the data-parallel × context-parallel ranks) a multimodal
+/// wrapper's vision tower is in no layer's unit, so in the root's group: each rank keeps
+/// its shard, and the root's all-gather unshards it at the start of every forward and keeps
+/// it so until the root's post-backward, although text never runs it (measured by the CPU
+/// oracle: `gemma3-wrap fsdp`, `hsdp` and `fsdp_tp` in tests/data/oracle/sharded.jsonl;
+/// tensor parallelism leaves the tower whole). (Elements of one rank's shard, padding
+/// included; of the whole tower; bytes of its position ids, int64, which FSDP2 does not
+/// shard.)
 pub(crate) fn vision_sharded(s: &Scenario, a: &Architecture) -> Option<(u64, u64, u64)> {
-    let n = s.parallel.shard_ranks();
-    let v = a.vision.as_ref().filter(|_| n > 1 && vision_placed(s, a))?;
+    let par = &s.parallel;
+    let n = par.shard_ranks() * par.cp;
+    let v = a
+        .vision
+        .as_ref()
+        .filter(|_| n > 1 && par.zero >= 2 && vision_placed(s, a))?;
     Some((
         crate::params::vision_shard(v, a.hidden, n),
         crate::params::vision_params(v, a.hidden),
@@ -1785,12 +1792,12 @@ pub(crate) fn vision_sharded(s: &Scenario, a: &Architecture) -> Option<(u64, u64
     ))
 }
 
-/// The vision tower's bytes on the one GPU where [`vision_placed`]: its parameters in the
-/// model's dtype (fp32 under mixed precision, whose master weights are the parameters),
-/// and its position ids (int64).
+/// The vision tower's bytes on each GPU where it is [`vision_placed`] whole (one GPU, or
+/// tensor parallelism without FSDP): its parameters in the model's dtype (fp32 under mixed
+/// precision, whose master weights are the parameters), and its position ids (int64).
 pub(crate) fn vision_bytes(s: &Scenario, a: &Architecture) -> f64 {
     match &a.vision {
-        Some(v) if vision_placed(s, a) && s.parallel.gpus() == 1 => {
+        Some(v) if vision_placed(s, a) && vision_sharded(s, a).is_none() => {
             let p = &s.precision;
             let dt = match (&s.finetune, s.mode) {
                 (Finetune::Full, Mode::Train) => p.master.unwrap_or(p.weights),
@@ -1811,7 +1818,7 @@ fn vision_note(s: &Scenario, a: &Architecture, notes: &mut Vec<String>) {
     notes.push(if vision_placed(s, a) {
         format!("vision tower: {n} parameters, loaded with the decoder; text batches never run it (no gradients or optimizer states)")
     } else {
-        format!("vision tower: {n} parameters, not counted here (DDP, DeepSpeed, model parallelism, offload or quantized weights)")
+        format!("vision tower: {n} parameters, not counted here (DDP, DeepSpeed, pipeline or expert parallelism, offload or quantized weights)")
     });
 }
 

@@ -92,8 +92,8 @@ fn the_tower_is_resident_weights_on_one_gpu() {
     let (w, t) = (run(&wrapper, json!({})), run(&text, json!({})));
     assert!(w.reserved_replayed && t.reserved_replayed);
     assert!(w.peak_reserved_bytes >= t.peak_reserved_bytes + 842_581_728);
-    // Not placed under DDP or tensor parallelism: the decoder's figures, said.
-    for layout in [json!({"dp": 2}), json!({"dp": 2, "tp": 2, "zero": 3})] {
+    // Not placed under DDP or pipeline parallelism: the decoder's figures, said.
+    for layout in [json!({"dp": 2}), json!({"dp": 2, "pp": 2, "zero": 3})] {
         let par = json!({ "parallel": layout });
         let (w, t) = (run(&wrapper, par.clone()), run(&text, par));
         assert_eq!(w.peak_bytes, t.peak_bytes, "{layout}");
@@ -117,18 +117,21 @@ fn under_fsdp2_the_root_holds_the_tower_gathered() {
     let (wrapper, text) = configs();
     let tower = 421_290_864.0;
     let ids = 4096.0 * 8.0;
-    for (n, dp, wrap, zero) in [
-        (4, 4, "layers", 3),
-        (8, 8, "titan", 2),
-        (4, 16, "layers", 3),
+    // (shard ranks, dp, tp, wrap, zero): tensor parallelism leaves the tower whole, in the
+    // root's group of the data-parallel mesh.
+    for (n, dp, tp, wrap, zero) in [
+        (4, 4, 1, "layers", 3),
+        (8, 8, 1, "titan", 2),
+        (4, 16, 1, "layers", 3),
+        (4, 4, 2, "layers", 3),
     ] {
         for (precision, shard_b, gather_b) in [("bf16", 2.0, 2.0), ("mixed-bf16", 4.0, 2.0)] {
             let extra = json!({
                 "precision": precision, "seq": 2048,
-                "parallel": {"dp": dp, "zero": zero, "wrap": wrap, "shard_group": n},
+                "parallel": {"dp": dp, "tp": tp, "zero": zero, "wrap": wrap, "shard_group": n},
             });
             let (w, t) = (run(&wrapper, extra.clone()), run(&text, extra));
-            let what = format!("{precision} dp {dp} shard {n} {wrap} zero {zero}");
+            let what = format!("{precision} dp {dp} tp {tp} shard {n} {wrap} zero {zero}");
             let master = precision != "bf16";
             let (ws, ts) = if master {
                 (w.master_weights_bytes, t.master_weights_bytes)
@@ -198,4 +201,24 @@ fn the_knob_carries_the_tower_and_errors_name_its_fields() {
     let bad = knob.replace("vision_config.patch_size=14", "vision_config.patch_size=0");
     let e = gpumem::knobs::scenario([("arch", bad.as_str())]).unwrap_err();
     assert!(e.field.ends_with("vision_config.patch_size"), "{e}");
+}
+
+/// Tensor parallelism without FSDP (one replica): DTensor's plan covers the decoder alone,
+/// so every rank holds the whole tower, as one GPU does (the CPU oracle's `gemma3-wrap tp`,
+/// within 0.04 %).
+#[test]
+fn tensor_parallel_ranks_hold_the_tower_whole() {
+    let (wrapper, text) = configs();
+    for tp in [2, 4] {
+        let extra = json!({"seq": 2048, "parallel": {"tp": tp, "loss_parallel": true}});
+        let (w, t) = (run(&wrapper, extra.clone()), run(&text, extra));
+        let tower = 421_290_864 * 2 + 4096 * 8;
+        assert_eq!(w.weights_bytes - t.weights_bytes, tower, "tp {tp}");
+        assert_eq!(w.peak_bytes - t.peak_bytes, tower, "tp {tp}");
+        assert_eq!(w.gradients_bytes, t.gradients_bytes, "tp {tp}");
+        assert!(w
+            .notes
+            .iter()
+            .any(|n| n.contains("loaded with the decoder")));
+    }
 }
