@@ -130,7 +130,11 @@ thread_local! {
     static LADDER: Rc<Vec<Rung>> = {
         let mut v: Vec<Rung> = presets::all()
             .into_iter()
-            .map(|p| Rung { name: p.name, params: p.arch.params().total })
+            // As transformers counts the model it builds (a wrapper's vision tower too).
+            .map(|p| {
+                let c = p.arch.params();
+                Rung { name: p.name, params: c.total + c.vision }
+            })
             .collect();
         gpumem::order::sort_by(&mut v, |a, b| (a.params, a.name).cmp(&(b.params, b.name)));
         Rc::new(v)
@@ -597,5 +601,16 @@ mod tests {
         let html = crate::render(&i).unwrap();
         assert!(html.contains("custom (config.json) · b=1"), "{html}");
         assert!(!html.contains("llama3.1-8b · b=1"), "{html}");
+    }
+
+    /// The size ladder (and the 5D panel's model menu) counts a model as transformers
+    /// builds it, as the estimate does: Gemma 3's wrapper with its vision tower.
+    #[test]
+    fn the_ladder_counts_what_transformers_builds() {
+        let rungs = ladder(0.0, f64::MAX, "");
+        let gemma = rungs.iter().find(|r| r.name == "gemma-3-12b").unwrap();
+        let s = gpumem::Scenario::from_value(&serde_json::json!({"model": "gemma-3-12b"})).unwrap();
+        assert_eq!(gemma.params, gpumem::estimate(&s).unwrap().params);
+        assert_eq!(gemma.params, 12_187_325_040);
     }
 }
