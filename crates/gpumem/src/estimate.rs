@@ -1750,8 +1750,9 @@ impl ModelStates {
 }
 
 /// Whether the engine places a multimodal wrapper's vision tower: with 16- or 32-bit
-/// weights (a quantized tower is not modelled) and nothing offloaded, on one GPU running
-/// PyTorch's own loop (not DeepSpeed, whose optimizer would keep states for it), or under
+/// weights (a quantized tower is not modelled) and nothing offloaded, on one GPU (or each
+/// replica of data-parallel inference) running PyTorch's own loop (not DeepSpeed, whose
+/// optimizer would keep states for it), or under
 /// PyTorch's parallelism without pipeline or expert parallelism: sharded by FSDP2
 /// ([`vision_sharded`]), or whole on each of the tensor-parallel ranks of one replica
 /// (DTensor's plan covers the decoder alone).
@@ -1761,8 +1762,10 @@ pub(crate) fn vision_placed(s: &Scenario, a: &Architecture) -> bool {
         && par.pp == 1
         && par.ep == 1
         && (par.zero >= 2 || par.dp * par.cp == 1);
+    // Inference runs whole replicas (the scenario's check refuses it model parallelism).
+    let whole = par.gpus() == 1 || s.mode == Mode::Inference;
     a.vision.is_some()
-        && ((par.gpus() == 1 && par.framework != Framework::DeepSpeed) || pytorch)
+        && ((whole && par.framework != Framework::DeepSpeed) || pytorch)
         && !par.offload_optimizer
         && !par.offload_params
         && s.precision.weights.is_float_compute()
@@ -1818,7 +1821,7 @@ fn vision_note(s: &Scenario, a: &Architecture, notes: &mut Vec<String>) {
     notes.push(if vision_placed(s, a) {
         format!("vision tower: {n} parameters, loaded with the decoder; text batches never run it (no gradients or optimizer states)")
     } else {
-        format!("vision tower: {n} parameters, not counted here (DDP, DeepSpeed, pipeline or expert parallelism, offload or quantized weights)")
+        format!("vision tower: {n} parameters, not counted here (DDP, DeepSpeed, pipeline or expert parallel, offload or quantized)")
     });
 }
 

@@ -205,7 +205,7 @@ fn the_knob_carries_the_tower_and_errors_name_its_fields() {
 
 /// Tensor parallelism without FSDP (one replica): DTensor's plan covers the decoder alone,
 /// so every rank holds the whole tower, as one GPU does (the CPU oracle's `gemma3-wrap tp`,
-/// within 0.04 %).
+/// within 0.04 %); so does each replica of data-parallel inference.
 #[test]
 fn tensor_parallel_ranks_hold_the_tower_whole() {
     let (wrapper, text) = configs();
@@ -221,4 +221,12 @@ fn tensor_parallel_ranks_hold_the_tower_whole() {
             .iter()
             .any(|n| n.contains("loaded with the decoder")));
     }
+    // Inference over data-parallel ranks: each rank a whole replica, the tower in it.
+    let extra = json!({"mode": "inference", "parallel": {"dp": 4}});
+    let (w, t) = (run(&wrapper, extra.clone()), run(&text, extra));
+    assert_eq!(w.peak_bytes - t.peak_bytes, 421_290_864 * 2 + 4096 * 8);
+    assert!(w
+        .notes
+        .iter()
+        .any(|n| n.contains("loaded with the decoder")));
 }
