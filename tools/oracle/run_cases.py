@@ -47,6 +47,8 @@ FAMILIES = ["qwen3-8b-L4", "qwen3-30b-a3b-L2", "qwen3-next-80b-a3b-L4", "gemma-2
             "deepseek-v3-L2-e32-v192", "glm-4.5-air-L2", "phi-4-L4", "olmo-2-7b-L4",
             "command-r7b-L4", "llama4-scout-text-L2", "minimax-m2-defaults-L2-e32",
             "starcoder2-7b-L4-nodrop", "smollm3-3b-L4"]
+for _f in ("qwen2.5-7b-L4", "mistral-7b-v0.1-L4"):
+    MODELS[_f] = f"../../../tests/data/oracle/families/{_f}.json"
 # softcapped or sink attention: transformers runs it eager
 EAGER = {"gemma-2-9b-L4", "gpt-oss-20b-L2"}
 # gpt-oss at 1,024 tokens: at 2,048 an FSDP rank's peak falls in the eager softmax's backward,
@@ -133,6 +135,10 @@ def matrix():
         C.append(case(f, "fsdp", SEQ.get(f, "1x2048"), world=8, reshard=1, wrap="layers", **kw))
     for f in ("qwen3-30b-a3b-L2", "gemma-3-1b-L6", "deepseek-v2-lite-L2-v192"):
         C.append(case(f, "fsdp", "1x2048", prec="mixed", ck=1, world=8, reshard=1, wrap="titan"))
+    # Dense families under DTensor's tensor parallelism (the Llama plan's module names)
+    for f, sp in (("qwen3-8b-L4", 1), ("smollm3-3b-L4", 1),
+                  ("qwen2.5-7b-L4", 1), ("mistral-7b-v0.1-L4", 1)):
+        C.append(case(f, "tp", "1x2048", world=2, tp=2, sp=sp, loss_parallel=1))
     # --- DDP ---------------------------------------------------------------------------------
     for w in (2, 8):
         C.append(case(L2, "ddp", world=w))
