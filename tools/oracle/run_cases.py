@@ -244,6 +244,10 @@ def matrix():
     for ep in (2, 4, 8):
         C.append(case(MX, "ep", "2x2048", ep=ep, ep_impl="titan"))
     C.append(case(MX, "ep", "2x2048", ck=1, ep=4, ep_impl="titan"))
+    # Other MoE families' cut configs under transformers' own EP plan (ep_titan.py reads
+    # Mixtral's block attributes)
+    for f in ("qwen3-30b-a3b-L2", "glm-4.5-air-L2"):
+        C.append(case(f, "ep", "1x2048", ep=4, ep_impl="hf"))
     return C
 
 
