@@ -40,13 +40,12 @@ MODELS = {
     "gemma3-wrap": "../../../tests/data/oracle/families/gemma-3-12b-wrapper-L6.json",
 }
 # The families' cut configs (tools/oracle/families.py), each model type under FSDP2 too
-# (falcon and gpt_neox keep their blocks outside `model.model`, which apply_fsdp wraps; MLA's
-# variants with v_head_dim 192 keep CPU SDPA off its math path, as families.py's do.)
+# (MLA's variants with v_head_dim 192 keep CPU SDPA off its math path, as families.py's do.)
 FAMILIES = ["qwen3-8b-L4", "qwen3-30b-a3b-L2", "qwen3-next-80b-a3b-L4", "gemma-2-9b-L4",
             "gemma-3-1b-L6", "gpt-oss-20b-L2", "deepseek-v2-lite-L2-v192",
             "deepseek-v3-L2-e32-v192", "glm-4.5-air-L2", "phi-4-L4", "olmo-2-7b-L4",
             "command-r7b-L4", "llama4-scout-text-L2", "minimax-m2-defaults-L2-e32",
-            "starcoder2-7b-L4-nodrop", "smollm3-3b-L4"]
+            "starcoder2-7b-L4-nodrop", "smollm3-3b-L4", "falcon-7b-L4", "pythia-1b-L4"]
 for _f in ("qwen2.5-7b-L4", "mistral-7b-v0.1-L4"):
     MODELS[_f] = f"../../../tests/data/oracle/families/{_f}.json"
 # softcapped or sink attention: transformers runs it eager
@@ -54,7 +53,7 @@ EAGER = {"gemma-2-9b-L4", "gpt-oss-20b-L2"}
 # gpt-oss at 1,024 tokens: at 2,048 an FSDP rank's peak falls in the eager softmax's backward,
 # where CUDA's kernel makes a grad x output temporary of the scores' size that the CPU's does
 # not (the engine, which follows CUDA, read 3.8 % above the CPU's peak)
-SEQ = {"gpt-oss-20b-L2": "1x1024"}
+SEQ = {"gpt-oss-20b-L2": "1x1024", "falcon-7b-L4": "1x512"}
 for _f in FAMILIES:
     MODELS[_f] = f"../../../tests/data/oracle/families/{_f}.json"
 

@@ -500,8 +500,8 @@ fn constraints_are_met_and_refusals_not_counted() {
 
 /// Every model type the oracle has cut configs of runs under FSDP2 too
 /// (tests/data/oracle/sharded.jsonl, tools/oracle/run_cases.py): each type's FSDP2 cases
-/// within 2 % of PyTorch's own per-rank peak (gpt-oss, at 1.1 %, keeps CUDA's softmax
-/// backward temporary that the CPU's kernel does not make).
+/// within 2 % of PyTorch's own per-rank peak (Falcon at 1.7 % and gpt-oss at 1.1 % keep
+/// CUDA's softmax backward temporary, which the CPU's kernel does not make).
 #[test]
 fn every_oracle_family_trains_under_fsdp2_within_two_percent() {
     let path = concat!(
@@ -547,6 +547,8 @@ fn every_oracle_family_trains_under_fsdp2_within_two_percent() {
         "minimax_m2",
         "starcoder2",
         "smollm3",
+        "falcon",
+        "gpt_neox",
     ] {
         assert!(seen.contains_key(kind), "no FSDP2 case of {kind}: {seen:?}");
     }
