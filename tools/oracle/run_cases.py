@@ -243,6 +243,10 @@ def matrix():
     for ep in (2, 4, 8):
         C.append(case(MX, "ep", "2x2048", ep=ep, ep_impl="titan"))
     C.append(case(MX, "ep", "2x2048", ck=1, ep=4, ep_impl="titan"))
+    # Dense families' cut configs under ring attention (mask-free causal SDPA only)
+    for f in ("qwen3-8b-L4", "smollm3-3b-L4", "phi-4-L4"):
+        C.append(case(f, "cp", "1x8192", cp=4))
+    C.append(case("qwen3-8b-L4", "fsdp_cp", "1x8192", world=8, cp=2, reshard=1, wrap="layers"))
     # Other MoE families' cut configs under transformers' own EP plan (ep_titan.py reads
     # Mixtral's block attributes)
     for f in ("qwen3-30b-a3b-L2", "glm-4.5-air-L2"):
