@@ -247,6 +247,10 @@ def matrix():
     for f in ("qwen3-8b-L4", "smollm3-3b-L4", "phi-4-L4"):
         C.append(case(f, "cp", "1x8192", cp=4))
     C.append(case("qwen3-8b-L4", "fsdp_cp", "1x8192", world=8, cp=2, reshard=1, wrap="layers"))
+    # A Qwen3 cut config through a 1F1B pipeline (both stages)
+    for st in (0, 1):
+        C.append(case("qwen3-8b-L4", "pp", "1x2048", pp=2, microbatches=4, stage=st,
+                      schedule="1f1b"))
     # Other MoE families' cut configs under transformers' own EP plan (ep_titan.py reads
     # Mixtral's block attributes)
     for f in ("qwen3-30b-a3b-L2", "glm-4.5-air-L2"):
