@@ -255,6 +255,8 @@ impl Request {
             let po = Obj::new(p, "parallel")?;
             let gp = &given.parallel;
             let has = |k: &str| po.get(k).is_some();
+            // (In the browser the scenario's parser has refused it already.)
+            #[cfg(not(target_arch = "wasm32"))]
             if has("gpus") {
                 return Err(Error::new(
                     "parallel.gpus",
@@ -315,6 +317,10 @@ impl Request {
                 ));
             }
         }
+        // `offload`, `gpus_per_node` and `host_memory_gb` come from a command line or a
+        // hand-written request: the browser's planner never sets them (its requests are the
+        // page's knobs with `gpus`, `global_batch` and `top`), so they are read natively only.
+        #[cfg(not(target_arch = "wasm32"))]
         if let Some(off) = o.get("offload") {
             match off {
                 Value::Bool(true) => {}
@@ -330,7 +336,10 @@ impl Request {
                 _ => return Err(Error::new("offload", "must be true or false")),
             }
         }
+        #[cfg(not(target_arch = "wasm32"))]
         let gpus_per_node = o.u64_opt("gpus_per_node")?.unwrap_or(8);
+        #[cfg(target_arch = "wasm32")]
+        let gpus_per_node = 8;
         if gpus_per_node == 0 || gpus_per_node > 1024 {
             return Err(Error::new(
                 "gpus_per_node",
@@ -340,7 +349,11 @@ impl Request {
         let gpus = parse_gpus(o.get("gpus"))?;
         let top = o.bounded_opt("top", 1, 1000)?.unwrap_or(10) as usize;
         let offload = fixed.offload != Some((false, false));
+        #[cfg(not(target_arch = "wasm32"))]
         let host_gb = o.u64_opt("host_memory_gb")?.unwrap_or(DEFAULT_HOST_GB);
+        #[cfg(target_arch = "wasm32")]
+        let host_gb = DEFAULT_HOST_GB;
+        #[cfg(not(target_arch = "wasm32"))]
         if host_gb > 1 << 30 {
             return Err(Error::new(
                 "host_memory_gb",
