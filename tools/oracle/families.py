@@ -159,6 +159,11 @@ def small_configs():
     # non-gated relu2 MLP of 18432), cut to 4 layers.
     c["arcee-defaults-L4"] = (TRANSFORMERS_DEFAULTS + "ArceeConfig",
                               cut(defaults("ArceeConfig", ("head_dim", "mlp_bias")), 4))
+    # OLMoE: OlmoeConfig's defaults (2048 wide, 16 heads, 64 experts of 2048, top-8, a
+    # full-width QK-norm), cut to 2 layers.
+    c["olmoe-defaults-L2"] = (TRANSFORMERS_DEFAULTS + "OlmoeConfig",
+                              cut(defaults("OlmoeConfig", ("num_experts", "num_experts_per_tok",
+                                                           "norm_topk_prob", "clip_qkv")), 2))
     return c
 
 
@@ -216,6 +221,7 @@ RUNS = [(n, 2048, 0, "eager" if n in EAGER_ONLY else "sdpa") for n in small_conf
     ("qwen3-8b-L4", 4096, 0, "sdpa"),
     ("qwen3-8b-L4", 2048, 1, "sdpa"),
     ("qwen3-30b-a3b-L2", 2048, 1, "sdpa"),
+    ("olmoe-defaults-L2", 2048, 1, "sdpa"),
     ("qwen3-30b-a3b-L2", 4096, 0, "sdpa"),
     ("gemma-2-9b-L4", 2048, 0, "eager"),
     ("gemma-2-9b-L4", 4096, 0, "sdpa"),

@@ -82,6 +82,9 @@ pub enum Family {
     HunyuanDense,
     /// Arcee (AFM): the Llama attention with a non-gated `relu2` MLP.
     Arcee,
+    /// OLMoE: Llama's pre-norm layer with OLMo 2's full-width QK-norm and a softmax-routed
+    /// MoE in every layer (experts `intermediate_size` wide, no shared expert).
+    Olmoe,
 }
 
 impl Family {
@@ -121,11 +124,12 @@ impl Family {
             Family::Exaone4 => "exaone4",
             Family::HunyuanDense => "hunyuan_v1_dense",
             Family::Arcee => "arcee",
+            Family::Olmoe => "olmoe",
         }
     }
 
     /// Every family, in the order `model_type` errors list them.
-    pub const ALL: [Family; 33] = [
+    pub const ALL: [Family; 34] = [
         Family::Gpt2,
         Family::Llama,
         Family::Mistral,
@@ -141,6 +145,7 @@ impl Family {
         Family::Phi3,
         Family::Olmo2,
         Family::Olmo3,
+        Family::Olmoe,
         Family::Glm4Moe,
         Family::Glm4,
         Family::GptOss,

@@ -852,7 +852,7 @@ fn parse_decoder(o: &Obj<'_>, family: Family) -> Result<Architecture> {
     };
     a.qk_norm = match family {
         Qwen3 | Qwen3Moe | Qwen3Next | Gemma3 | Exaone4 => QkNorm::Head,
-        Olmo2 | Olmo3 | MiniMaxM2 => QkNorm::Full,
+        Olmo2 | Olmo3 | MiniMaxM2 | Olmoe => QkNorm::Full,
         Glm4Moe if o.bool_opt("use_qk_norm")?.unwrap_or(false) => QkNorm::Head,
         Llama4 if o.bool_opt("use_qk_norm")?.unwrap_or(true) => QkNorm::L2,
         Cohere if o.bool_opt("use_qk_norm")?.unwrap_or(false) => QkNorm::CohereHead,
@@ -1199,6 +1199,7 @@ fn parse_moe(o: &Obj<'_>, family: Family, a: &Architecture) -> Result<Option<Moe
         Glm4Moe => ("n_routed_experts", 128, 8, Some(1408)),
         GptOss => ("num_local_experts", 128, 4, None),
         MiniMaxM2 => ("num_local_experts", 256, 8, None),
+        Olmoe => ("num_experts", 64, 8, None),
         Llama4 => ("num_local_experts", 16, 1, None),
         _ => return Ok(None),
     };
@@ -1531,11 +1532,11 @@ fn all_keys(a: &Architecture) -> Map<String, Value> {
             put("num_experts_per_tok", moe.top_k.into());
             let key = match f {
                 Mixtral | GptOss | Llama4 | MiniMaxM2 => "num_local_experts",
-                Qwen2Moe | Qwen3Moe | Qwen3Next => "num_experts",
+                Qwen2Moe | Qwen3Moe | Qwen3Next | Olmoe => "num_experts",
                 _ => "n_routed_experts",
             };
             put(key, moe.experts.into());
-            if !matches!(f, Mixtral | GptOss | Llama4 | MiniMaxM2) {
+            if !matches!(f, Mixtral | GptOss | Llama4 | MiniMaxM2 | Olmoe) {
                 put("moe_intermediate_size", moe.expert_intermediate.into());
             }
             if matches!(f, GptOss | Llama4) {
