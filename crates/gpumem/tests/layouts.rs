@@ -549,6 +549,7 @@ fn every_oracle_family_trains_under_fsdp2_within_two_percent() {
         "smollm3",
         "falcon",
         "gpt_neox",
+        "olmoe",
     ] {
         assert!(seen.contains_key(kind), "no FSDP2 case of {kind}: {seen:?}");
     }
