@@ -269,7 +269,11 @@ pub fn pairs(knob: &str, v: &str) -> Result<Value> {
             ));
         };
         let (key, val) = (key.trim(), val.trim());
-        let json = if let Ok(n) = val.parse::<u64>() {
+        // A NoPE pattern ("10": RoPE, then none) and a list of layer indices ("3", "1 5") are
+        // strings, even when they read as a number.
+        let json = if matches!(key, "no_rope_layers" | "mlp_only_layers" | "moe_layers") {
+            Value::String(val.to_string())
+        } else if let Ok(n) = val.parse::<u64>() {
             n.into()
         } else if let Some(x) = crate::num::parse_f64(val).filter(|x| x.is_finite()) {
             x.into()

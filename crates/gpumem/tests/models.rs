@@ -137,3 +137,69 @@ fn tp_refusals_offer_the_nearest_sizes_that_divide_the_heads() {
     let e = refuse("qwen3-next-80b-a3b", 4);
     assert!(e.contains("(2)") && e.contains("tp=2"), "{e}");
 }
+
+/// The oracle's cut configs (tests/data/oracle/families, transformers' defaults among them:
+/// OLMoE, Arcee, Hunyuan …) read back through the `arch` knob as the same architecture, as
+/// the published ones do.
+#[test]
+fn every_oracle_config_round_trips_through_the_arch_knob() {
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/oracle/families");
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().and_then(|x| x.to_str()) != Some("json") {
+            continue;
+        }
+        let name = p.display().to_string();
+        let text = std::fs::read_to_string(&p).unwrap();
+        let c: Value = serde_json::from_str(&text).unwrap();
+        let a = parse_hf_config(&c, "config").unwrap_or_else(|e| panic!("{name}: {e}"));
+        let back = parse_hf_config(&Value::Object(to_hf_config(&a)), "k")
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(back, a, "{name}");
+        let knob =
+            gpumem::knobs::arch_from_config_json(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let s = gpumem::knobs::scenario([("arch", knob.as_str())])
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        match s.model {
+            gpumem::scenario::Model::Arch { arch, .. } => assert_eq!(arch, a, "{name}"),
+            other => panic!("{name}: {other:?}"),
+        }
+        n += 1;
+    }
+    assert!(n >= 40, "{n} configs");
+}
+
+/// Layer lists and patterns that read as numbers ("1", "10", "0111") travel through the
+/// `arch` knob as what they are: a 2-layer Llama 4 with NoPE every other layer, a SmolLM3
+/// with NoPE first, a Qwen MoE with one dense layer, a Llama 4 with one MoE layer (the
+/// knob had read them back as numbers and refused them).
+#[test]
+fn single_indices_and_digit_patterns_survive_the_arch_knob() {
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/oracle/families");
+    let read = |f: &str| -> Value {
+        serde_json::from_str(&std::fs::read_to_string(dir.join(f)).unwrap()).unwrap()
+    };
+    let mut cases = Vec::new();
+    let mut c = read("smollm3-3b-L4.json");
+    c["no_rope_layers"] = serde_json::json!([0, 1, 1, 1]);
+    cases.push(c);
+    let mut c = read("qwen1.5-moe-a2.7b-L2.json");
+    c["mlp_only_layers"] = serde_json::json!([1]);
+    cases.push(c);
+    let mut c = read("llama4-scout-text-L2.json");
+    c["moe_layers"] = serde_json::json!([1]);
+    cases.push(c);
+    cases.push(read("llama4-scout-text-L2.json"));
+    for c in cases {
+        let a = parse_hf_config(&c, "config").unwrap();
+        let knob = gpumem::knobs::arch_from_config_json(&c.to_string()).unwrap();
+        let s = gpumem::knobs::scenario([("arch", knob.as_str())]).unwrap();
+        match s.model {
+            gpumem::scenario::Model::Arch { arch, .. } => assert_eq!(arch, a, "{knob}"),
+            other => panic!("{other:?}"),
+        }
+    }
+}
