@@ -915,7 +915,7 @@ fn rank_step(
     // FSDP shards over the data-parallel and the context-parallel ranks together
     // (torchtitan's dp_shard × cp mesh).
     let n = par.shard_ranks() * par.cp;
-    let fsdp = par.zero >= 2 && n > 1;
+    let fsdp = fsdp_ranks(par).is_some();
     let tp = par.tp;
     let pp = par.pp;
     let megatron = par.framework == Framework::Megatron;
@@ -1773,6 +1773,13 @@ pub(crate) fn vision_placed(s: &Scenario, a: &Architecture) -> bool {
         && !matches!(&s.finetune, Finetune::Lora(l) if l.quantized)
 }
 
+/// The ranks FSDP2 shards over (torchtitan's dp_shard × cp mesh), where it shards: ZeRO
+/// stage 2 or 3 over more than one rank.
+fn fsdp_ranks(par: &crate::scenario::Parallel) -> Option<u64> {
+    let n = par.shard_ranks() * par.cp;
+    (par.zero >= 2 && n > 1).then_some(n)
+}
+
 /// Under FSDP2 (`fully_shard` over the data-parallel × context-parallel ranks) a multimodal
 /// wrapper's vision tower is in no layer's unit, so in the root's group: each rank keeps
 /// its shard, and the root's all-gather unshards it at the start of every forward and keeps
@@ -1782,12 +1789,8 @@ pub(crate) fn vision_placed(s: &Scenario, a: &Architecture) -> bool {
 /// included; of the whole tower; bytes of its position ids, int64, which FSDP2 does not
 /// shard.)
 pub(crate) fn vision_sharded(s: &Scenario, a: &Architecture) -> Option<(u64, u64, u64)> {
-    let par = &s.parallel;
-    let n = par.shard_ranks() * par.cp;
-    let v = a
-        .vision
-        .as_ref()
-        .filter(|_| n > 1 && par.zero >= 2 && vision_placed(s, a))?;
+    let n = fsdp_ranks(&s.parallel)?;
+    let v = a.vision.as_ref().filter(|_| vision_placed(s, a))?;
     Some((
         crate::params::vision_shard(v, a.hidden, n),
         crate::params::vision_params(v, a.hidden),
@@ -1800,7 +1803,7 @@ pub(crate) fn vision_sharded(s: &Scenario, a: &Architecture) -> Option<(u64, u64
 /// precision, whose master weights are the parameters), and its position ids (int64).
 pub(crate) fn vision_bytes(s: &Scenario, a: &Architecture) -> f64 {
     match &a.vision {
-        Some(v) if vision_placed(s, a) && vision_sharded(s, a).is_none() => {
+        Some(v) if vision_placed(s, a) && fsdp_ranks(&s.parallel).is_none() => {
             let p = &s.precision;
             let dt = match (&s.finetune, s.mode) {
                 (Finetune::Full, Mode::Train) => p.master.unwrap_or(p.weights),

@@ -1322,6 +1322,10 @@ fn step_pattern(step: u64) -> Vec<bool> {
     v
 }
 
+/// The keys [`to_hf_config`] writes as text that can read as a number: a NoPE pattern
+/// ("10") and lists of layer indices ("3", "1 5").
+pub const TEXT_KEYS: [&str; 3] = ["no_rope_layers", "mlp_only_layers", "moe_layers"];
+
 /// The `config.json` keys that describe `a` (the inverse of [`parse_hf_config`]): what a
 /// page writes into its `arch` knob when a reader edits one field of a model or pastes a
 /// config. Lists (layer patterns, layer indices) are written as strings so that the knob's

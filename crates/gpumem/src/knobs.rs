@@ -269,9 +269,9 @@ pub fn pairs(knob: &str, v: &str) -> Result<Value> {
             ));
         };
         let (key, val) = (key.trim(), val.trim());
-        // A NoPE pattern ("10": RoPE, then none) and a list of layer indices ("3", "1 5") are
-        // strings, even when they read as a number.
-        let json = if matches!(key, "no_rope_layers" | "mlp_only_layers" | "moe_layers") {
+        // A NoPE pattern and a list of layer indices stay strings, even when they read as a
+        // number.
+        let json = if crate::hf::TEXT_KEYS.contains(&key) {
             Value::String(val.to_string())
         } else if let Ok(n) = val.parse::<u64>() {
             n.into()
