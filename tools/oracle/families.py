@@ -4,7 +4,7 @@ Run by hand:  python tools/oracle/families.py [--only NAME ...] [--list]
 
 Each case is a *small but realistically shaped* config: the published config of a released
 model (tests/data/models/configs/; for OLMo 3, Seed-OSS, GLM-4, ERNIE 4.5, MiniMax-M2, EXAONE
-4, Hunyuan and Arcee, none stored here, transformers' default configs) with fewer layers — every other width, head count, vocab,
+4, Hunyuan, Arcee, OLMoE and Qwen3.5, none stored here, transformers' default configs) with fewer layers — every other width, head count, vocab,
 expert count, top-k and feature kept — and the layer pattern cut so that every kind of layer
 the family has is present (sliding and full, linear-attention and full, dense-first and MoE,
 RoPE and NoPE). The small configs are written to tests/data/oracle/families/<case>.json and run
@@ -164,7 +164,31 @@ def small_configs():
     c["olmoe-defaults-L2"] = (TRANSFORMERS_DEFAULTS + "OlmoeConfig",
                               cut(defaults("OlmoeConfig", ("num_experts", "num_experts_per_tok",
                                                            "norm_topk_prob", "clip_qkv")), 2))
+    # Qwen3.5 / 3.6 (dense, `qwen3_5_text`; the published checkpoints are the `qwen3_5` wrapper,
+    # whose text model AutoModelForCausalLM builds alone): Qwen3_5TextConfig's defaults (its
+    # docstring's "Qwen3.5-9B style": 4096 wide, 16 heads of 256 with 4 KV heads, DeltaNet of
+    # 16 key and 32 value heads of 128) with the published models' RoPE (interleaved mRoPE on a
+    # quarter of each head, theta 1e7), cut to 4 layers: three linear-attention, one full.
+    q35 = defaults("Qwen3_5TextConfig", LINEAR_KEYS + ("head_dim",))
+    q35["rope_parameters"] = QWEN35_ROPE
+    c["qwen3.5-defaults-L4"] = (TRANSFORMERS_DEFAULTS + "Qwen3_5TextConfig", cut(q35, 4))
+    # Qwen3.5 MoE (`qwen3_5_moe_text`): Qwen3_5MoeTextConfig's defaults ("Qwen3.5-35B-A3B
+    # style": 2048 wide, 256 experts of 512, top-8, a gated shared expert of 512), cut to 2
+    # layers: one linear-attention, one full.
+    q35m = defaults("Qwen3_5MoeTextConfig", LINEAR_KEYS + ("head_dim", "num_experts", "num_experts_per_tok",
+                                                          "moe_intermediate_size",
+                                                          "shared_expert_intermediate_size"))
+    q35m["rope_parameters"] = QWEN35_ROPE
+    c["qwen3.5-moe-defaults-L2"] = (TRANSFORMERS_DEFAULTS + "Qwen3_5MoeTextConfig",
+                                    cut(q35m, 2, ["linear_attention", "full_attention"]))
     return c
+
+
+LINEAR_KEYS = ("linear_conv_kernel_dim", "linear_key_head_dim", "linear_value_head_dim",
+               "linear_num_key_heads", "linear_num_value_heads")
+# Qwen3.5's published `rope_parameters` (Qwen/Qwen3.5-27B and -35B-A3B's config.json).
+QWEN35_ROPE = {"rope_type": "default", "rope_theta": 10000000, "partial_rotary_factor": 0.25,
+               "mrope_section": [11, 11, 10], "mrope_interleaved": True}
 
 
 # A case whose config is transformers' defaults for the class named after this prefix.
@@ -222,6 +246,8 @@ RUNS = [(n, 2048, 0, "eager" if n in EAGER_ONLY else "sdpa") for n in small_conf
     ("qwen3-8b-L4", 2048, 1, "sdpa"),
     ("qwen3-30b-a3b-L2", 2048, 1, "sdpa"),
     ("olmoe-defaults-L2", 2048, 1, "sdpa"),
+    ("qwen3.5-defaults-L4", 2048, 1, "sdpa"),
+    ("qwen3.5-moe-defaults-L2", 2048, 1, "sdpa"),
     ("qwen3-30b-a3b-L2", 4096, 0, "sdpa"),
     ("gemma-2-9b-L4", 2048, 0, "eager"),
     ("gemma-2-9b-L4", 4096, 0, "sdpa"),

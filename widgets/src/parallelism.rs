@@ -42,9 +42,11 @@ fn hf_key(family: Family, field: &str) -> Option<&'static str> {
         (_, "kv_heads") => "num_key_value_heads",
         (Falcon, "intermediate") => "ffn_hidden_size",
         (Llama4, "intermediate") => "intermediate_size_mlp",
+        // Every layer is MoE: no dense MLP to widen.
+        (Qwen35Moe, "intermediate") => return None,
         (_, "intermediate") => "intermediate_size",
-        (Mixtral | GptOss | Llama4, "experts") => "num_local_experts",
-        (Qwen2Moe | Qwen3Moe | Qwen3Next, "experts") => "num_experts",
+        (Mixtral | GptOss | Llama4 | MiniMaxM2, "experts") => "num_local_experts",
+        (Qwen2Moe | Qwen3Moe | Qwen3Next | Qwen35Moe | Olmoe, "experts") => "num_experts",
         (DeepseekV2 | DeepseekV3 | Glm4Moe, "experts") => "n_routed_experts",
         (_, "experts") => return None,
         (_, "top_k") => "num_experts_per_tok",

@@ -27,6 +27,12 @@ pub enum Family {
     Qwen3Moe,
     /// Qwen3-Next: gated DeltaNet (linear attention) layers, gated full attention.
     Qwen3Next,
+    /// Qwen3.5 / 3.6 (`qwen3_5_text`, dense): Qwen3-Next's layers, the DeltaNet's input
+    /// projections separate (`in_proj_qkv`, `_z`, `_b`, `_a`), a dense MLP in every layer.
+    Qwen35,
+    /// Qwen3.5 / 3.6 MoE (`qwen3_5_moe_text`): Qwen3.5's layers with Qwen3-Next's routed and
+    /// gated shared experts in every layer.
+    Qwen35Moe,
     /// Mixtral: the Llama attention with a top-k routed mixture of SwiGLU experts.
     Mixtral,
     /// DeepSeek-V2: multi-head latent attention, shared + routed experts.
@@ -99,6 +105,8 @@ impl Family {
             Family::Qwen3 => "qwen3",
             Family::Qwen3Moe => "qwen3_moe",
             Family::Qwen3Next => "qwen3_next",
+            Family::Qwen35 => "qwen3_5_text",
+            Family::Qwen35Moe => "qwen3_5_moe_text",
             Family::Mixtral => "mixtral",
             Family::DeepseekV2 => "deepseek_v2",
             Family::DeepseekV3 => "deepseek_v3",
@@ -128,8 +136,14 @@ impl Family {
         }
     }
 
+    /// Qwen3.5's gated DeltaNet: queries, keys and values, the output gate `z` and the
+    /// gates `b` and `a` each from a projection of its own (Qwen3-Next's from two, reordered).
+    pub fn split_in_proj(self) -> bool {
+        matches!(self, Family::Qwen35 | Family::Qwen35Moe)
+    }
+
     /// Every family, in the order `model_type` errors list them.
-    pub const ALL: [Family; 34] = [
+    pub const ALL: [Family; 36] = [
         Family::Gpt2,
         Family::Llama,
         Family::Mistral,
@@ -139,6 +153,8 @@ impl Family {
         Family::Qwen3,
         Family::Qwen3Moe,
         Family::Qwen3Next,
+        Family::Qwen35,
+        Family::Qwen35Moe,
         Family::Gemma2,
         Family::Gemma3,
         Family::Llama4,
@@ -629,7 +645,7 @@ impl Architecture {
         if uses(AttnType::Linear) && self.linear.is_none() {
             return Err(Error::new(
                 f("layer_types"),
-                "linear_attention layers need a model type that has them (qwen3_next)",
+                "linear_attention layers need a model type that has them (qwen3_next, qwen3_5_text, qwen3_5_moe_text)",
             ));
         }
         if let Some(m) = &self.moe {
@@ -719,10 +735,21 @@ impl Architecture {
         if let (AttnType::Linear, Some(x)) = (t, &self.linear) {
             let k = x.key_heads * x.key_dim;
             let v = x.value_heads * x.value_dim;
+            let nv = x.value_heads;
+            let out = ("out_proj", Linear::new(v, h, false));
+            if self.family.split_in_proj() {
+                return vec![
+                    ("in_proj_qkv", Linear::new(h, 2 * k + v, false)),
+                    ("in_proj_z", Linear::new(h, v, false)),
+                    ("in_proj_b", Linear::new(h, nv, false)),
+                    ("in_proj_a", Linear::new(h, nv, false)),
+                    out,
+                ];
+            }
             return vec![
                 ("in_proj_qkvz", Linear::new(h, 2 * k + 2 * v, false)),
-                ("in_proj_ba", Linear::new(h, 2 * x.value_heads, false)),
-                ("out_proj", Linear::new(v, h, false)),
+                ("in_proj_ba", Linear::new(h, 2 * nv, false)),
+                out,
             ];
         }
         if let Some(m) = &self.mla {

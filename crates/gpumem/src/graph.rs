@@ -1586,15 +1586,29 @@ impl<'c, 'a> Builder<'c, 'a> {
         let chunk = 64.0;
         let chunks = (ctx.seq / chunk).ceil() * ctx.batch;
         let tpad = chunks * chunk;
-        let qkvz = self.proj(y, &lin, 0, t);
-        self.tape.hold(qkvz);
-        let ba = self.proj(y, &lin, 1, t);
-        // Reordering into heads copies q, k, v and z.
-        let z = self.op1(qkvz, t * vd, c);
-        let qc = self.op1(qkvz, t * kd, c);
-        let kc = self.op1(qkvz, t * kd, c);
-        let vc = self.op1(qkvz, t * vd, c);
-        let mixed = self.op(&[qc, kc, vc], t * conv, c, &[]);
+        // What the function references to its end (Qwen3-Next: the fused projection, which
+        // stays to the end of the layer's forward; Qwen3.5: the gates' inputs `b` and `a`),
+        // and the source of the decay `g`.
+        let (mixed, z, held, gsrc) = if a.family.split_in_proj() {
+            // Qwen3.5: queries, keys and values come out of their projection ready for the
+            // convolution, the output gate and the two gates each out of their own.
+            let mixed = self.proj(y, &lin, 0, t);
+            let z = self.proj(y, &lin, 1, t);
+            let b = self.proj(y, &lin, 2, t);
+            let g = self.proj(y, &lin, 3, t);
+            (mixed, z, [b, g], g)
+        } else {
+            let qkvz = self.proj(y, &lin, 0, t);
+            self.tape.hold(qkvz);
+            let ba = self.proj(y, &lin, 1, t);
+            // Reordering into heads copies q, k, v and z.
+            let z = self.op1(qkvz, t * vd, c);
+            let qc = self.op1(qkvz, t * kd, c);
+            let kc = self.op1(qkvz, t * kd, c);
+            let vc = self.op1(qkvz, t * vd, c);
+            let mixed = self.op(&[qc, kc, vc], t * conv, c, &[]);
+            (mixed, z, [qkvz, qkvz], ba)
+        };
         if !ctx.train {
             // The cache takes the convolution's last inputs from `mixed_qkv` before the
             // convolution runs (which rebinds it).
@@ -1612,7 +1626,7 @@ impl<'c, 'a> Builder<'c, 'a> {
         let act = self.op(&[cv], t * conv, c, &[cv]);
         self.tape.hold(act);
         // fp32 queries and keys repeated to the value heads, values; gates from `ba`.
-        let g32 = self.weighted("", ba, t * nv * 4.0, 2.0 * nv * ctx.g.bytes(), 0.0, f32);
+        let g32 = self.weighted("", gsrc, t * nv * 4.0, 2.0 * nv * ctx.g.bytes(), 0.0, f32);
         // With fewer key heads than value heads, queries and keys are repeated to the value
         // heads (`repeat_interleave`, copies in the model's dtype) and stay the layer's
         // locals until it returns; the kernel's fp32 copies are made from them.
@@ -1702,8 +1716,8 @@ impl<'c, 'a> Builder<'c, 'a> {
         let sz = self.op(&[z32], t * vd, f32, &[z32]);
         let gated = self.mul(n, sz, t * vd);
         let gated = self.cast(gated, t * vd, c);
-        self.tape.touch(&[qkvz, act, qsrc, ksrc]);
-        self.proj(gated, &lin, 2, t)
+        self.tape.touch(&[held[0], held[1], act, qsrc, ksrc]);
+        self.proj(gated, &lin, lin.len() - 1, t)
     }
 
     /// A dense MLP of width `i` over `y` (`tokens` rows); under tensor parallelism the

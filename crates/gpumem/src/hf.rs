@@ -328,6 +328,8 @@ pub fn parse_hf_config(v: &Value, at: &str) -> Result<Architecture> {
     let wrapped = match model_type.as_str() {
         "gemma3" => Some(Family::Gemma3),
         "llama4" => Some(Family::Llama4),
+        "qwen3_5" => Some(Family::Qwen35),
+        "qwen3_5_moe" => Some(Family::Qwen35Moe),
         _ => None,
     };
     if let Some(family) = wrapped {
@@ -728,14 +730,18 @@ fn parse_decoder(o: &Obj<'_>, family: Family) -> Result<Architecture> {
         Llama4 => o
             .bounded_opt("intermediate_size_mlp", 1, MAX_FFN)?
             .unwrap_or(16384),
+        // Every layer is MoE: no dense width (transformers' config has none).
+        Qwen35Moe => o
+            .bounded_opt("intermediate_size", 1, MAX_FFN)?
+            .unwrap_or(512),
         _ => o.bounded_req("intermediate_size", 1, MAX_FFN)?,
     };
     let kv_default = match family {
         Mistral | Mixtral | Llama4 | GptOss | Glm4Moe | SeedOss | MiniMaxM2 => 8,
         Qwen2 | Qwen3 => 32,
         Qwen2Moe => 16,
-        Qwen3Moe | Gemma2 | Gemma3 | SmolLm3 => 4,
-        Qwen3Next | Starcoder2 | Glm4 | Ernie45 => 2,
+        Qwen3Moe | Gemma2 | Gemma3 | SmolLm3 | Qwen35 => 4,
+        Qwen3Next | Qwen35Moe | Starcoder2 | Glm4 | Ernie45 => 2,
         _ => heads,
     };
     a.kv_heads = o.dim_opt("num_key_value_heads")?.unwrap_or(kv_default);
@@ -761,7 +767,7 @@ fn parse_decoder(o: &Obj<'_>, family: Family) -> Result<Architecture> {
             Some(d) => d,
             None => match family {
                 Qwen3 | Llama4 | SeedOss | Glm4 | Ernie45 | MiniMaxM2 => 128,
-                Gemma2 | Gemma3 | Qwen3Next => 256,
+                Gemma2 | Gemma3 | Qwen3Next | Qwen35 | Qwen35Moe => 256,
                 GptOss => 64,
                 _ => derived(&a)?,
             },
@@ -837,7 +843,7 @@ fn parse_decoder(o: &Obj<'_>, family: Family) -> Result<Architecture> {
     }
     // Norms and the block's layout.
     a.norm = match family {
-        Gemma2 | Gemma3 | Qwen3Next => Norm::RmsOffset,
+        Gemma2 | Gemma3 | Qwen3Next | Qwen35 | Qwen35Moe => Norm::RmsOffset,
         Olmo2 | Olmo3 | GptOss => Norm::RmsWeightFirst,
         Falcon | GptNeox | Starcoder2 => Norm::LayerNorm,
         Cohere | Cohere2 => Norm::CohereLayerNorm,
@@ -851,7 +857,7 @@ fn parse_decoder(o: &Obj<'_>, family: Family) -> Result<Architecture> {
         _ => Block::Pre,
     };
     a.qk_norm = match family {
-        Qwen3 | Qwen3Moe | Qwen3Next | Gemma3 | Exaone4 => QkNorm::Head,
+        Qwen3 | Qwen3Moe | Qwen3Next | Qwen35 | Qwen35Moe | Gemma3 | Exaone4 => QkNorm::Head,
         Olmo2 | Olmo3 | MiniMaxM2 | Olmoe => QkNorm::Full,
         Glm4Moe if o.bool_opt("use_qk_norm")?.unwrap_or(false) => QkNorm::Head,
         Llama4 if o.bool_opt("use_qk_norm")?.unwrap_or(true) => QkNorm::L2,
@@ -862,7 +868,8 @@ fn parse_decoder(o: &Obj<'_>, family: Family) -> Result<Architecture> {
     a.gated = !matches!(family, Falcon | GptNeox | Starcoder2 | Arcee);
     a.fused_qkv = matches!(family, Phi3 | Falcon | GptNeox);
     a.fused_gate_up = matches!(family, Phi3 | Glm4);
-    a.attn_gate = family == Qwen3Next;
+    let next = matches!(family, Qwen3Next | Qwen35 | Qwen35Moe);
+    a.attn_gate = next;
     a.sinks = family == GptOss;
     // Partial rotary embeddings: at the top level, or in `rope_parameters` where
     // transformers 5 writes it.
@@ -876,7 +883,7 @@ fn parse_decoder(o: &Obj<'_>, family: Family) -> Result<Architecture> {
     let factor = match family {
         GptNeox => o.f64_opt("rotary_pct")?.or(Some(0.25)),
         Glm4Moe | Glm4 => given.or(Some(0.5)),
-        Qwen3Next => given.or(Some(0.25)),
+        Qwen3Next | Qwen35 | Qwen35Moe => given.or(Some(0.25)),
         _ => given,
     };
     if let Some(f) = factor {
@@ -976,7 +983,7 @@ fn parse_decoder(o: &Obj<'_>, family: Family) -> Result<Architecture> {
                 AttnType::Sliding,
             )),
         ),
-        Qwen3Next => (
+        Qwen3Next | Qwen35 | Qwen35Moe => (
             None,
             Some(every(
                 pattern_key("full_attention_interval", 4)?,
@@ -1102,8 +1109,8 @@ fn parse_decoder(o: &Obj<'_>, family: Family) -> Result<Architecture> {
     if family == GptNeox {
         a.kv_heads = heads;
     }
-    // Linear attention (Qwen3-Next's gated DeltaNet).
-    if family == Qwen3Next {
+    // Linear attention (Qwen3-Next's and Qwen3.5's gated DeltaNet).
+    if next {
         let d = |k: &str, v: u64| -> Result<u64> { Ok(o.dim_opt(k)?.unwrap_or(v)) };
         a.linear = Some(LinearAttn {
             key_heads: d("linear_num_key_heads", 16)?,
@@ -1194,6 +1201,7 @@ fn parse_moe(o: &Obj<'_>, family: Family, a: &Architecture) -> Result<Option<Moe
         Qwen2Moe => ("num_experts", 60, 4, Some(1408)),
         Qwen3Moe => ("num_experts", 128, 8, Some(768)),
         Qwen3Next => ("num_experts", 512, 10, Some(512)),
+        Qwen35Moe => ("num_experts", 256, 8, Some(512)),
         DeepseekV2 => ("n_routed_experts", 64, 0, Some(1407)),
         DeepseekV3 => ("n_routed_experts", 256, 8, Some(2048)),
         Glm4Moe => ("n_routed_experts", 128, 8, Some(1408)),
@@ -1249,7 +1257,7 @@ fn parse_moe(o: &Obj<'_>, family: Family, a: &Architecture) -> Result<Option<Moe
     };
     let mut m = Moe::new(experts, top_k, inter);
     match family {
-        Qwen2Moe | Qwen3Next => {
+        Qwen2Moe | Qwen3Next | Qwen35Moe => {
             let d = if family == Qwen2Moe { 5632 } else { 512 };
             m.shared_intermediate = o
                 .bounded_opt("shared_expert_intermediate_size", 1, MAX_FFN)?
@@ -1455,7 +1463,9 @@ fn all_keys(a: &Architecture) -> Map<String, Value> {
         Glm4Moe | Cohere | Llama4 => put("use_qk_norm", (a.qk_norm != QkNorm::None).into()),
         _ => {}
     }
-    if a.rope_dim != a.head_dim || matches!(f, GptNeox | Glm4Moe | Glm4 | Qwen3Next) {
+    if a.rope_dim != a.head_dim
+        || matches!(f, GptNeox | Glm4Moe | Glm4 | Qwen3Next | Qwen35 | Qwen35Moe)
+    {
         let key = if f == GptNeox {
             "rotary_pct"
         } else {
@@ -1488,7 +1498,16 @@ fn all_keys(a: &Architecture) -> Map<String, Value> {
     if !a.layer_types.is_empty()
         || matches!(
             f,
-            Gemma2 | Gemma3 | Cohere2 | GptOss | Qwen3Next | Llama4 | Olmo3 | Exaone4
+            Gemma2
+                | Gemma3
+                | Cohere2
+                | GptOss
+                | Qwen3Next
+                | Qwen35
+                | Qwen35Moe
+                | Llama4
+                | Olmo3
+                | Exaone4
         )
     {
         let p: String = if a.layer_types.is_empty() {
@@ -1536,7 +1555,7 @@ fn all_keys(a: &Architecture) -> Map<String, Value> {
             put("num_experts_per_tok", moe.top_k.into());
             let key = match f {
                 Mixtral | GptOss | Llama4 | MiniMaxM2 => "num_local_experts",
-                Qwen2Moe | Qwen3Moe | Qwen3Next | Olmoe => "num_experts",
+                Qwen2Moe | Qwen3Moe | Qwen3Next | Qwen35Moe | Olmoe => "num_experts",
                 _ => "n_routed_experts",
             };
             put(key, moe.experts.into());
@@ -1546,7 +1565,7 @@ fn all_keys(a: &Architecture) -> Map<String, Value> {
             if matches!(f, GptOss | Llama4) {
                 put("intermediate_size", moe.expert_intermediate.into());
             }
-            if matches!(f, Qwen2Moe | Qwen3Next) {
+            if matches!(f, Qwen2Moe | Qwen3Next | Qwen35Moe) {
                 put(
                     "shared_expert_intermediate_size",
                     moe.shared_intermediate.into(),

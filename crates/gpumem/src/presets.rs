@@ -103,10 +103,10 @@ pub fn all() -> Vec<Preset> {
 
 /// The presets written here as architectures (not parsed from config keys), in display order.
 fn written() -> Vec<Preset> {
-    let p = |name, aliases, source, arch| Preset {
+    let p = |name, aliases, src, arch| Preset {
         name,
         aliases,
-        source,
+        source: source(src),
         arch,
     };
     let qwen_small = |name, h, l, a, kv, i, tied| {
@@ -231,6 +231,16 @@ fn written() -> Vec<Preset> {
     v
 }
 
+/// Where a preset comes from, which only the native tools show (`gpumem presets`, the
+/// book's tables): the widgets' wasm leaves the texts out.
+const fn source(s: &'static str) -> &'static str {
+    if cfg!(target_arch = "wasm32") {
+        ""
+    } else {
+        s
+    }
+}
+
 /// A preset given as the `config.json` keys that describe it (what [`crate::hf::to_hf_config`]
 /// writes), parsed by the engine like any pasted config.
 struct Config {
@@ -265,157 +275,157 @@ const CONFIGS: &[Config] = &[
     Config {
         name: "qwen3-0.6b",
         aliases: &[],
-        source: "Qwen/Qwen3-0.6B config.json",
+        source: source("Qwen/Qwen3-0.6B config.json"),
         json: r#"{"model_type":"qwen3","hidden_size":1024,"intermediate_size":3072,"num_hidden_layers":28,"num_attention_heads":16,"num_key_value_heads":8,"head_dim":128,"vocab_size":151936,"tie_word_embeddings":true}"#,
     },
     Config {
         name: "qwen3-8b",
         aliases: &[],
-        source: "Qwen/Qwen3-8B config.json",
+        source: source("Qwen/Qwen3-8B config.json"),
         json: r#"{"model_type":"qwen3","hidden_size":4096,"intermediate_size":12288,"num_hidden_layers":36,"num_attention_heads":32,"num_key_value_heads":8,"head_dim":128,"vocab_size":151936,"tie_word_embeddings":false}"#,
     },
     Config {
         name: "qwen3-30b-a3b",
         aliases: &[],
-        source: "Qwen/Qwen3-30B-A3B config.json",
+        source: source("Qwen/Qwen3-30B-A3B config.json"),
         json: r#"{"model_type":"qwen3_moe","hidden_size":2048,"intermediate_size":6144,"num_hidden_layers":48,"num_attention_heads":32,"num_key_value_heads":4,"head_dim":128,"vocab_size":151936,"num_experts":128,"num_experts_per_tok":8,"moe_intermediate_size":768}"#,
     },
     Config {
         name: "qwen3-235b-a22b",
         aliases: &[],
-        source: "Qwen/Qwen3-235B-A22B config.json",
+        source: source("Qwen/Qwen3-235B-A22B config.json"),
         json: r#"{"model_type":"qwen3_moe","hidden_size":4096,"intermediate_size":12288,"num_hidden_layers":94,"num_attention_heads":64,"num_key_value_heads":4,"head_dim":128,"vocab_size":151936,"num_experts":128,"num_experts_per_tok":8,"moe_intermediate_size":1536}"#,
     },
     Config {
         name: "qwen3-next-80b-a3b",
         aliases: &[],
-        source: "Qwen/Qwen3-Next-80B-A3B-Instruct config.json",
+        source: source("Qwen/Qwen3-Next-80B-A3B-Instruct config.json"),
         json: r#"{"model_type":"qwen3_next","hidden_size":2048,"intermediate_size":5120,"num_hidden_layers":48,"num_attention_heads":16,"num_key_value_heads":2,"head_dim":256,"vocab_size":151936,"full_attention_interval":4,"linear_num_key_heads":16,"linear_num_value_heads":32,"linear_key_head_dim":128,"linear_value_head_dim":128,"linear_conv_kernel_dim":4,"num_experts":512,"num_experts_per_tok":10,"moe_intermediate_size":512,"shared_expert_intermediate_size":512,"partial_rotary_factor":0.25}"#,
     },
     Config {
         name: "qwen1.5-moe-a2.7b",
         aliases: &[],
-        source: "Qwen/Qwen1.5-MoE-A2.7B config.json",
+        source: source("Qwen/Qwen1.5-MoE-A2.7B config.json"),
         json: r#"{"model_type":"qwen2_moe","hidden_size":2048,"intermediate_size":5632,"num_hidden_layers":24,"num_attention_heads":16,"num_key_value_heads":16,"vocab_size":151936,"num_experts":60,"num_experts_per_tok":4,"moe_intermediate_size":1408,"shared_expert_intermediate_size":5632}"#,
     },
     Config {
         name: "gemma-2-9b",
         aliases: &["gemma-2-9b-it"],
-        source: "google/gemma-2-9b config.json",
+        source: source("google/gemma-2-9b config.json"),
         json: r#"{"model_type":"gemma2","hidden_size":3584,"intermediate_size":14336,"num_hidden_layers":42,"num_attention_heads":16,"num_key_value_heads":8,"head_dim":256,"vocab_size":256000,"sliding_window":4096,"final_logit_softcapping":30.0,"attn_logit_softcapping":50.0}"#,
     },
     Config {
         name: "gemma-3-1b",
         aliases: &["gemma-3-1b-it"],
-        source: "google/gemma-3-1b-it config.json",
+        source: source("google/gemma-3-1b-it config.json"),
         json: r#"{"model_type":"gemma3_text","hidden_size":1152,"intermediate_size":6912,"num_hidden_layers":26,"num_attention_heads":4,"num_key_value_heads":1,"head_dim":256,"vocab_size":262144,"sliding_window":512,"sliding_window_pattern":6}"#,
     },
     Config {
         name: "gemma-3-12b",
         aliases: &["gemma-3-12b-it"],
-        source: "google/gemma-3-12b-it config.json (its text_config, and the SigLIP vision tower of its vision_config)",
+        source: source("google/gemma-3-12b-it config.json (its text_config, and the SigLIP vision tower of its vision_config)"),
         json: r#"{"model_type":"gemma3","text_config":{"hidden_size":3840,"intermediate_size":15360,"num_hidden_layers":48,"num_attention_heads":16,"num_key_value_heads":8,"head_dim":256,"vocab_size":262208,"sliding_window":1024,"sliding_window_pattern":6},"vision_config":{"hidden_size":1152,"intermediate_size":4304,"num_hidden_layers":27,"patch_size":14,"image_size":896,"vision_use_head":false}}"#,
     },
     Config {
         name: "gpt-oss-20b",
         aliases: &[],
-        source: "openai/gpt-oss-20b config.json (MXFP4 experts)",
+        source: source("openai/gpt-oss-20b config.json (MXFP4 experts)"),
         json: r#"{"model_type":"gpt_oss","hidden_size":2880,"intermediate_size":2880,"num_hidden_layers":24,"num_attention_heads":64,"num_key_value_heads":8,"head_dim":64,"vocab_size":201088,"num_local_experts":32,"num_experts_per_tok":4,"sliding_window":128,"quant_method":"mxfp4"}"#,
     },
     Config {
         name: "gpt-oss-120b",
         aliases: &[],
-        source: "openai/gpt-oss-120b config.json (MXFP4 experts)",
+        source: source("openai/gpt-oss-120b config.json (MXFP4 experts)"),
         json: r#"{"model_type":"gpt_oss","hidden_size":2880,"intermediate_size":2880,"num_hidden_layers":36,"num_attention_heads":64,"num_key_value_heads":8,"head_dim":64,"vocab_size":201088,"num_local_experts":128,"num_experts_per_tok":4,"sliding_window":128,"quant_method":"mxfp4"}"#,
     },
     Config {
         name: "llama4-scout",
         aliases: &["llama4-scout-17b-16e", "llama-4-scout"],
-        source: "meta-llama/Llama-4-Scout-17B-16E-Instruct config.json (text_config; the vision tower is not modelled)",
+        source: source("meta-llama/Llama-4-Scout-17B-16E-Instruct config.json (text_config; the vision tower is not modelled)"),
         json: r#"{"model_type":"llama4_text","hidden_size":5120,"intermediate_size":8192,"intermediate_size_mlp":16384,"num_hidden_layers":48,"num_attention_heads":40,"num_key_value_heads":8,"head_dim":128,"vocab_size":202048,"num_local_experts":16,"num_experts_per_tok":1,"interleave_moe_layer_step":1,"attention_chunk_size":8192,"use_qk_norm":true}"#,
     },
     Config {
         name: "phi-3.5-mini",
         aliases: &["phi-3.5-mini-instruct"],
-        source: "microsoft/Phi-3.5-mini-instruct config.json",
+        source: source("microsoft/Phi-3.5-mini-instruct config.json"),
         json: r#"{"model_type":"phi3","hidden_size":3072,"intermediate_size":8192,"num_hidden_layers":32,"num_attention_heads":32,"num_key_value_heads":32,"vocab_size":32064,"sliding_window":262144}"#,
     },
     Config {
         name: "phi-4",
         aliases: &[],
-        source: "microsoft/phi-4 config.json",
+        source: source("microsoft/phi-4 config.json"),
         json: r#"{"model_type":"phi3","hidden_size":5120,"intermediate_size":17920,"num_hidden_layers":40,"num_attention_heads":40,"num_key_value_heads":10,"vocab_size":100352}"#,
     },
     Config {
         name: "olmo-2-7b",
         aliases: &["olmo-2-1124-7b"],
-        source: "allenai/OLMo-2-1124-7B config.json",
+        source: source("allenai/OLMo-2-1124-7B config.json"),
         json: r#"{"model_type":"olmo2","hidden_size":4096,"intermediate_size":11008,"num_hidden_layers":32,"num_attention_heads":32,"num_key_value_heads":32,"vocab_size":100352}"#,
     },
     Config {
         name: "glm-4.5-air",
         aliases: &[],
-        source: "zai-org/GLM-4.5-Air config.json (the MTP layer is not built by transformers)",
+        source: source("zai-org/GLM-4.5-Air config.json (the MTP layer is not built by transformers)"),
         json: r#"{"model_type":"glm4_moe","hidden_size":4096,"intermediate_size":10944,"num_hidden_layers":46,"num_attention_heads":96,"num_key_value_heads":8,"head_dim":128,"vocab_size":151552,"attention_bias":true,"partial_rotary_factor":0.5,"n_routed_experts":128,"n_shared_experts":1,"num_experts_per_tok":8,"moe_intermediate_size":1408,"first_k_dense_replace":1,"use_qk_norm":false}"#,
     },
     Config {
         name: "glm-4.7",
         aliases: &[],
-        source: "zai-org/GLM-4.7 config.json (the MTP layer is not built by transformers)",
+        source: source("zai-org/GLM-4.7 config.json (the MTP layer is not built by transformers)"),
         json: r#"{"model_type":"glm4_moe","hidden_size":5120,"intermediate_size":12288,"num_hidden_layers":92,"num_attention_heads":96,"num_key_value_heads":8,"head_dim":128,"vocab_size":151552,"attention_bias":true,"partial_rotary_factor":0.5,"n_routed_experts":160,"n_shared_experts":1,"num_experts_per_tok":8,"moe_intermediate_size":1536,"first_k_dense_replace":3,"use_qk_norm":true}"#,
     },
     Config {
         name: "kimi-k2",
         aliases: &["kimi-k2-instruct"],
-        source: "moonshotai/Kimi-K2-Instruct config.json (DeepSeek-V3's architecture; fp8 weights)",
+        source: source("moonshotai/Kimi-K2-Instruct config.json (DeepSeek-V3's architecture; fp8 weights)"),
         json: r#"{"model_type":"kimi_k2","hidden_size":7168,"intermediate_size":18432,"num_hidden_layers":61,"num_attention_heads":64,"vocab_size":163840,"q_lora_rank":1536,"kv_lora_rank":512,"qk_nope_head_dim":128,"qk_rope_head_dim":64,"v_head_dim":128,"n_routed_experts":384,"n_shared_experts":1,"num_experts_per_tok":8,"moe_intermediate_size":2048,"first_k_dense_replace":1,"quant_method":"fp8","quant_block_size":128}"#,
     },
     Config {
         name: "deepseek-v2-lite",
         aliases: &[],
-        source: "deepseek-ai/DeepSeek-V2-Lite config.json (queries not compressed: q_lora_rank null)",
+        source: source("deepseek-ai/DeepSeek-V2-Lite config.json (queries not compressed: q_lora_rank null)"),
         json: r#"{"model_type":"deepseek_v2","hidden_size":2048,"intermediate_size":10944,"num_hidden_layers":27,"num_attention_heads":16,"vocab_size":102400,"q_lora_rank":null,"kv_lora_rank":512,"qk_nope_head_dim":128,"qk_rope_head_dim":64,"v_head_dim":128,"n_routed_experts":64,"n_shared_experts":2,"num_experts_per_tok":6,"moe_intermediate_size":1408,"first_k_dense_replace":1}"#,
     },
     Config {
         name: "smollm3-3b",
         aliases: &[],
-        source: "HuggingFaceTB/SmolLM3-3B config.json",
+        source: source("HuggingFaceTB/SmolLM3-3B config.json"),
         json: r#"{"model_type":"smollm3","hidden_size":2048,"intermediate_size":11008,"num_hidden_layers":36,"num_attention_heads":16,"num_key_value_heads":4,"vocab_size":128256,"no_rope_layer_interval":4,"tie_word_embeddings":true}"#,
     },
     Config {
         name: "granite-3.1-8b",
         aliases: &["granite-3.1-8b-instruct"],
-        source: "ibm-granite/granite-3.1-8b-instruct config.json",
+        source: source("ibm-granite/granite-3.1-8b-instruct config.json"),
         json: r#"{"model_type":"granite","hidden_size":4096,"intermediate_size":12800,"num_hidden_layers":40,"num_attention_heads":32,"num_key_value_heads":8,"vocab_size":49155,"tie_word_embeddings":true,"attention_dropout":0.1}"#,
     },
     Config {
         name: "falcon-7b",
         aliases: &[],
-        source: "tiiuae/falcon-7b config.json",
+        source: source("tiiuae/falcon-7b config.json"),
         json: r#"{"model_type":"falcon","hidden_size":4544,"num_hidden_layers":32,"num_attention_heads":71,"vocab_size":65024,"multi_query":true,"parallel_attn":true,"new_decoder_architecture":false,"bias":false}"#,
     },
     Config {
         name: "pythia-1b",
         aliases: &[],
-        source: "EleutherAI/pythia-1b config.json",
+        source: source("EleutherAI/pythia-1b config.json"),
         json: r#"{"model_type":"gpt_neox","hidden_size":2048,"intermediate_size":8192,"num_hidden_layers":16,"num_attention_heads":8,"vocab_size":50304,"rotary_pct":0.25,"use_parallel_residual":true,"tie_word_embeddings":false}"#,
     },
     Config {
         name: "starcoder2-7b",
         aliases: &[],
-        source: "bigcode/starcoder2-7b config.json",
+        source: source("bigcode/starcoder2-7b config.json"),
         json: r#"{"model_type":"starcoder2","hidden_size":4608,"intermediate_size":18432,"num_hidden_layers":32,"num_attention_heads":36,"num_key_value_heads":4,"vocab_size":49152,"sliding_window":4096,"use_bias":true,"attention_dropout":0.1,"residual_dropout":0.1,"embedding_dropout":0.1}"#,
     },
     Config {
         name: "command-r",
         aliases: &["c4ai-command-r-v01"],
-        source: "CohereForAI/c4ai-command-r-v01 config.json",
+        source: source("CohereForAI/c4ai-command-r-v01 config.json"),
         json: r#"{"model_type":"cohere","hidden_size":8192,"intermediate_size":22528,"num_hidden_layers":40,"num_attention_heads":64,"num_key_value_heads":64,"vocab_size":256000,"use_qk_norm":false}"#,
     },
     Config {
         name: "command-r7b",
         aliases: &["c4ai-command-r7b-12-2024"],
-        source: "CohereForAI/c4ai-command-r7b-12-2024 config.json",
+        source: source("CohereForAI/c4ai-command-r7b-12-2024 config.json"),
         json: r#"{"model_type":"cohere2","hidden_size":4096,"intermediate_size":14336,"num_hidden_layers":32,"num_attention_heads":32,"num_key_value_heads":8,"vocab_size":256000,"sliding_window":4096,"sliding_window_pattern":4}"#,
     },
 ];

@@ -80,6 +80,8 @@ fn every_family_trains_within_bounds_of_the_oracle() {
         "cohere",
         "cohere2",
         "olmoe",
+        "qwen3_5_text",
+        "qwen3_5_moe_text",
     ] {
         assert!(families.contains(f), "no GPU-valid case for {f}");
     }

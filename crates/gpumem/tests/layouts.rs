@@ -550,6 +550,8 @@ fn every_oracle_family_trains_under_fsdp2_within_two_percent() {
         "falcon",
         "gpt_neox",
         "olmoe",
+        "qwen3_5_text",
+        "qwen3_5_moe_text",
     ] {
         assert!(seen.contains_key(kind), "no FSDP2 case of {kind}: {seen:?}");
     }

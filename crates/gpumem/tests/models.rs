@@ -203,3 +203,35 @@ fn single_indices_and_digit_patterns_survive_the_arch_knob() {
         }
     }
 }
+
+/// Qwen3.5 and 3.6 are published as their multimodal wrapper (`qwen3_5`, `qwen3_5_moe`: a
+/// `text_config` and a `vision_config`), from which AutoModelForCausalLM builds the text
+/// model alone (Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM; transformers 5.17): the wrapper
+/// reads as its `text_config`. The MoE model has experts in every layer and refuses none.
+#[test]
+fn qwen35_wrappers_read_as_their_text_model() {
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/oracle/families");
+    for (file, wrapper) in [
+        ("qwen3.5-defaults-L4.json", "qwen3_5"),
+        ("qwen3.5-moe-defaults-L2.json", "qwen3_5_moe"),
+    ] {
+        let text: Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join(file)).unwrap()).unwrap();
+        let whole = serde_json::json!({
+            "model_type": wrapper, "text_config": text, "tie_word_embeddings": false,
+            "vision_config": {"depth": 27, "hidden_size": 1152, "out_hidden_size": 2048},
+        });
+        let a = parse_hf_config(&text, "config").unwrap();
+        assert_eq!(parse_hf_config(&whole, "config").unwrap(), a, "{wrapper}");
+        assert!(a.linear.is_some() && a.attn_gate);
+        assert_eq!(a.moe.is_some(), wrapper == "qwen3_5_moe");
+        let e = parse_hf_config(&serde_json::json!({"model_type": wrapper}), "config").unwrap_err();
+        assert_eq!(e.field, "config.text_config", "{e}");
+    }
+    let dir = dir.join("qwen3.5-moe-defaults-L2.json");
+    let mut c: Value = serde_json::from_str(&std::fs::read_to_string(dir).unwrap()).unwrap();
+    c["num_experts"] = 0.into();
+    let e = parse_hf_config(&c, "config").unwrap_err();
+    assert_eq!(e.field, "config.num_experts", "{e}");
+}
