@@ -4,7 +4,7 @@ Run by hand:  python tools/oracle/families.py [--only NAME ...] [--list]
 
 Each case is a *small but realistically shaped* config: the published config of a released
 model (tests/data/models/configs/; for OLMo 3, Seed-OSS, GLM-4, ERNIE 4.5, MiniMax-M2, EXAONE
-4, Hunyuan, Arcee, OLMoE and Qwen3.5, none stored here, transformers' default configs) with fewer layers — every other width, head count, vocab,
+4, Hunyuan, Arcee, OLMoE, Qwen3.5 and Ministral 3, none stored here, transformers' default configs) with fewer layers — every other width, head count, vocab,
 expert count, top-k and feature kept — and the layer pattern cut so that every kind of layer
 the family has is present (sliding and full, linear-attention and full, dense-first and MoE,
 RoPE and NoPE). The small configs are written to tests/data/oracle/families/<case>.json and run
@@ -181,6 +181,10 @@ def small_configs():
     q35m["rope_parameters"] = QWEN35_ROPE
     c["qwen3.5-moe-defaults-L2"] = (TRANSFORMERS_DEFAULTS + "Qwen3_5MoeTextConfig",
                                     cut(q35m, 2, ["linear_attention", "full_attention"]))
+    # Ministral 3 (`ministral3`): Ministral3Config's defaults (4096 wide, 32 heads of 128, 8 KV
+    # heads, YaRN RoPE with Llama 4's position scaling of the queries), cut to 4 layers.
+    c["ministral3-defaults-L4"] = (TRANSFORMERS_DEFAULTS + "Ministral3Config",
+                                   cut(defaults("Ministral3Config", ("head_dim",)), 4))
     return c
 
 
@@ -248,6 +252,7 @@ RUNS = [(n, 2048, 0, "eager" if n in EAGER_ONLY else "sdpa") for n in small_conf
     ("olmoe-defaults-L2", 2048, 1, "sdpa"),
     ("qwen3.5-defaults-L4", 2048, 1, "sdpa"),
     ("qwen3.5-moe-defaults-L2", 2048, 1, "sdpa"),
+    ("ministral3-defaults-L4", 2048, 1, "sdpa"),
     ("qwen3-30b-a3b-L2", 4096, 0, "sdpa"),
     ("gemma-2-9b-L4", 2048, 0, "eager"),
     ("gemma-2-9b-L4", 4096, 0, "sdpa"),

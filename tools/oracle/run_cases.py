@@ -46,7 +46,8 @@ FAMILIES = ["qwen3-8b-L4", "qwen3-30b-a3b-L2", "qwen3-next-80b-a3b-L4", "gemma-2
             "deepseek-v3-L2-e32-v192", "glm-4.5-air-L2", "phi-4-L4", "olmo-2-7b-L4",
             "command-r7b-L4", "llama4-scout-text-L2", "minimax-m2-defaults-L2-e32",
             "starcoder2-7b-L4-nodrop", "smollm3-3b-L4", "falcon-7b-L4", "pythia-1b-L4",
-            "olmoe-defaults-L2", "qwen3.5-defaults-L4", "qwen3.5-moe-defaults-L2"]
+            "olmoe-defaults-L2", "qwen3.5-defaults-L4", "qwen3.5-moe-defaults-L2",
+            "ministral3-defaults-L4"]
 for _f in ("qwen2.5-7b-L4", "mistral-7b-v0.1-L4"):
     MODELS[_f] = f"../../../tests/data/oracle/families/{_f}.json"
 # softcapped or sink attention: transformers runs it eager

@@ -35,6 +35,9 @@ pub enum Family {
     Qwen35Moe,
     /// Mixtral: the Llama attention with a top-k routed mixture of SwiGLU experts.
     Mixtral,
+    /// Ministral 3 (`ministral3`): Mistral's layer with its queries scaled by position after
+    /// RoPE (Llama 4's attention temperature, `llama_4_scaling_beta`).
+    Ministral3,
     /// DeepSeek-V2: multi-head latent attention, shared + routed experts.
     DeepseekV2,
     /// DeepSeek-V3 (and Kimi K2): MLA, sigmoid router with a correction bias, dense first layers.
@@ -108,6 +111,7 @@ impl Family {
             Family::Qwen35 => "qwen3_5_text",
             Family::Qwen35Moe => "qwen3_5_moe_text",
             Family::Mixtral => "mixtral",
+            Family::Ministral3 => "ministral3",
             Family::DeepseekV2 => "deepseek_v2",
             Family::DeepseekV3 => "deepseek_v3",
             Family::Gemma2 => "gemma2",
@@ -143,10 +147,11 @@ impl Family {
     }
 
     /// Every family, in the order `model_type` errors list them.
-    pub const ALL: [Family; 36] = [
+    pub const ALL: [Family; 37] = [
         Family::Gpt2,
         Family::Llama,
         Family::Mistral,
+        Family::Ministral3,
         Family::Mixtral,
         Family::Qwen2,
         Family::Qwen2Moe,

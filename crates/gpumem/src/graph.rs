@@ -1427,6 +1427,9 @@ impl<'c, 'a> Builder<'c, 'a> {
             // Attention temperature tuning on NoPE layers: q times fp32 scales, cast back.
             let q32 = self.op1(q, qe, DType::F32);
             q = self.cast(q32, qe, self.d(q));
+        } else if a.family == Family::Ministral3 {
+            // Every layer's rotated queries times the scales, cast to their dtype first.
+            q = self.op1(q, qe, self.d(q));
         }
         // Falcon's new decoder broadcasts each key/value head to its query heads and
         // flattens them: copies as wide as the queries.

@@ -737,7 +737,7 @@ fn parse_decoder(o: &Obj<'_>, family: Family) -> Result<Architecture> {
         _ => o.bounded_req("intermediate_size", 1, MAX_FFN)?,
     };
     let kv_default = match family {
-        Mistral | Mixtral | Llama4 | GptOss | Glm4Moe | SeedOss | MiniMaxM2 => 8,
+        Mistral | Ministral3 | Mixtral | Llama4 | GptOss | Glm4Moe | SeedOss | MiniMaxM2 => 8,
         Qwen2 | Qwen3 => 32,
         Qwen2Moe => 16,
         Qwen3Moe | Gemma2 | Gemma3 | SmolLm3 | Qwen35 => 4,
@@ -766,7 +766,7 @@ fn parse_decoder(o: &Obj<'_>, family: Family) -> Result<Architecture> {
         _ => match o.dim_opt("head_dim")? {
             Some(d) => d,
             None => match family {
-                Qwen3 | Llama4 | SeedOss | Glm4 | Ernie45 | MiniMaxM2 => 128,
+                Qwen3 | Llama4 | SeedOss | Glm4 | Ernie45 | MiniMaxM2 | Ministral3 => 128,
                 Gemma2 | Gemma3 | Qwen3Next | Qwen35 | Qwen35Moe => 256,
                 GptOss => 64,
                 _ => derived(&a)?,
@@ -790,7 +790,7 @@ fn parse_decoder(o: &Obj<'_>, family: Family) -> Result<Architecture> {
     let attention_bias = o.bool_opt("attention_bias")?;
     let bias = attention_bias.unwrap_or(matches!(family, GptOss | GptNeox));
     (a.qkv_bias, a.o_bias) = match family {
-        Mistral | Mixtral | Phi3 => (false, false),
+        Mistral | Ministral3 | Mixtral | Phi3 => (false, false),
         Qwen2 => (true, false),
         SeedOss => (
             attention_bias.unwrap_or(true),
@@ -920,7 +920,7 @@ fn parse_decoder(o: &Obj<'_>, family: Family) -> Result<Architecture> {
             let w = window(Some(4096))?;
             (w, w.map(|_| vec![AttnType::Sliding]))
         }
-        Mixtral | Phi3 | Starcoder2 => {
+        Mixtral | Phi3 | Starcoder2 | Ministral3 => {
             let w = window(None)?;
             (w, w.map(|_| vec![AttnType::Sliding]))
         }
@@ -1433,7 +1433,7 @@ fn all_keys(a: &Architecture) -> Map<String, Value> {
     };
     put(act_key, act.into());
     match f {
-        Mistral | Mixtral | Phi3 | Qwen2 | Falcon | GptNeox => {}
+        Mistral | Ministral3 | Mixtral | Phi3 | Qwen2 | Falcon | GptNeox => {}
         Qwen2Moe => put("qkv_bias", a.qkv_bias.into()),
         Starcoder2 | Ernie45 => put("use_bias", a.qkv_bias.into()),
         SeedOss => {

@@ -82,6 +82,7 @@ fn every_family_trains_within_bounds_of_the_oracle() {
         "olmoe",
         "qwen3_5_text",
         "qwen3_5_moe_text",
+        "ministral3",
     ] {
         assert!(families.contains(f), "no GPU-valid case for {f}");
     }

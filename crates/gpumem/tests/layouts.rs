@@ -552,6 +552,7 @@ fn every_oracle_family_trains_under_fsdp2_within_two_percent() {
         "olmoe",
         "qwen3_5_text",
         "qwen3_5_moe_text",
+        "ministral3",
     ] {
         assert!(seen.contains_key(kind), "no FSDP2 case of {kind}: {seen:?}");
     }
